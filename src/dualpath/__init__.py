@@ -1,0 +1,1 @@
+"""DualPath: agentic LLM serving on PD-disaggregated clusters with two KV read paths."""
