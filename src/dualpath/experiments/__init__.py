@@ -1,0 +1,1 @@
+"""The paper's experiments as named, re-runnable simulator scenarios (`dualpath reproduce`)."""

@@ -1,0 +1,67 @@
+"""One simulator run of a sweep, as the argument list of `dualpath simulate`."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunSpec:
+    """Everything that identifies one `dualpath simulate` run; its hash names the cached result file."""
+
+    model: str
+    p: int
+    d: int
+    mode: str
+    dataset: str = "64k"
+    agents: int = 256
+    aps: float | None = None  # None: offline (all agents start at once)
+    duration_s: float | None = None  # online runs only
+    hardware: str = "hopper-8x400g"
+    read_path: str | None = None
+    overrides: tuple[str, ...] = field(default_factory=tuple)  # `--set key=value` items
+    seed: int = 1
+
+    def argv(self) -> list[str]:
+        args = [
+            "simulate",
+            "--hardware",
+            self.hardware,
+            "--model",
+            self.model,
+            "--p",
+            str(self.p),
+            "--d",
+            str(self.d),
+            "--dataset",
+            self.dataset,
+            "--agents",
+            str(self.agents),
+            "--mode",
+            self.mode,
+            "--seed",
+            str(self.seed),
+            "--json",
+            "--quiet",
+        ]
+        if self.aps is not None:
+            args += ["--aps", f"{self.aps:g}"]
+        if self.duration_s is not None:
+            args += ["--duration", f"{self.duration_s:g}"]
+        if self.read_path:
+            args += ["--read-path", self.read_path]
+        for item in self.overrides:
+            args += ["--set", item]
+        return args
+
+    def key(self) -> str:
+        blob = json.dumps(asdict(self), sort_keys=True).encode()
+        return hashlib.blake2b(blob, digest_size=8).hexdigest()
+
+    def label(self) -> str:
+        load = f"{self.aps:g} APS" if self.aps is not None else f"{self.agents} agents"
+        extra = f" {self.read_path}" if self.read_path else ""
+        sets = f" [{', '.join(self.overrides)}]" if self.overrides else ""
+        return f"{self.model} {self.p}P{self.d}D {self.dataset} {load} {self.mode}{extra}{sets}"
