@@ -60,6 +60,16 @@ class AttentionSpec:
     sparse_top_k_tokens: int = 0
     indexer_num_heads: int = 0
     indexer_head_dim: int = 0
+    # MLA prefill form. False: keys/values are up-projected per head (the "MHA" form, PUBLIC-FACTS
+    # per-pair cost 2h(d_nope+d_rope) + 2h·d_v). True: queries are absorbed into the latent space and
+    # attention runs over the 576-wide latent cache (MQA form), as FlashMLA's sparse prefill kernel
+    # `flash_mla_sparse_fwd` does for DeepSeek-V3.2 (q dim 576, d_v 512).
+    mla_absorbed_prefill: bool = False
+    # Sliding-window attention (e.g. GPT-OSS): layer i attends to its last `sliding_window_tokens`
+    # tokens when `sliding_window_layer_period > 0 and i % sliding_window_layer_period == 0`;
+    # such a layer also keeps only that window of KV. 0 disables.
+    sliding_window_tokens: int = 0
+    sliding_window_layer_period: int = 0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -83,12 +93,14 @@ class ModelSpec:
     attention: AttentionSpec
     ffn: FfnSpec
     weight_bytes_per_param: float  # 1 for FP8 weights, 2 for BF16
-    # KV cache element format: "bf16", "fp16", "fp8" (1 B/elem), or "mla-fp8" (DeepSeek FP8 MLA cache:
+    # KV cache element format: "fp32", "bf16", "fp16", "fp8" (1 B/elem), or "mla-fp8" (DeepSeek FP8 MLA cache:
     # 512 B latent + 16 B scales + 128 B BF16 RoPE = 656 B per token per layer).
     kv_cache_format: str
     # Whether the DSA indexer's key cache is stored with the KV (and so loaded from storage).
     kv_includes_indexer: bool = False
     max_context_tokens: int = 131072
+    # Input embedding and LM head share one matrix (counts once in `weight_bytes`).
+    tied_embeddings: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)

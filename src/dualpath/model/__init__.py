@@ -1,0 +1,1 @@
+"""Model architecture math (no PyTorch): KV bytes and FLOPs derived from a `ModelSpec`."""
