@@ -1,0 +1,121 @@
+"""Event kernel: ordering by (time, priority, seq), lazy cancellation, run limits, determinism."""
+
+from __future__ import annotations
+
+import pytest
+
+from dualpath.sim.kernel import Simulator
+
+
+def test_events_run_in_time_then_priority_then_fifo_order() -> None:
+    sim = Simulator()
+    log: list[str] = []
+    sim.schedule(2.0, log.append, "t2")
+    sim.schedule(1.0, log.append, "t1-p5", priority=5)
+    sim.schedule(1.0, log.append, "t1-p0-first")
+    sim.schedule(1.0, log.append, "t1-p0-second")
+    sim.schedule(1.0, log.append, "t1-pneg", priority=-1)
+    sim.run()
+    assert log == ["t1-pneg", "t1-p0-first", "t1-p0-second", "t1-p5", "t2"]
+    assert sim.now_s == 2.0
+    assert sim.events_processed == 5
+
+
+def test_callbacks_see_their_own_time_and_can_schedule_more() -> None:
+    sim = Simulator()
+    seen: list[float] = []
+
+    def tick(n: int) -> None:
+        seen.append(sim.now_s)
+        if n:
+            sim.schedule(0.5, tick, n - 1)
+
+    sim.schedule_at(1.0, tick, 3)
+    sim.run()
+    assert seen == [1.0, 1.5, 2.0, 2.5]
+
+
+def test_cancel_is_lazy_and_idempotent() -> None:
+    sim = Simulator()
+    log: list[int] = []
+    handle = sim.schedule(1.0, log.append, 1)
+    sim.schedule(2.0, log.append, 2)
+    sim.cancel(handle)
+    sim.cancel(handle)
+    assert sim.next_time_s() == 2.0
+    sim.run()
+    assert log == [2]
+    assert sim.events_processed == 1
+    sim.cancel(handle)  # after the fact: still a no-op
+
+
+def test_cancelling_a_fired_event_is_a_noop() -> None:
+    sim = Simulator()
+    log: list[int] = []
+    handle = sim.schedule(1.0, log.append, 1)
+    sim.run()
+    sim.cancel(handle)
+    assert log == [1]
+
+
+def test_run_until_is_exclusive_and_advances_the_clock() -> None:
+    sim = Simulator()
+    log: list[float] = []
+    for t in (1.0, 2.0, 3.0):
+        sim.schedule_at(t, log.append, t)
+    assert sim.run(until_s=2.0) == 1
+    assert log == [1.0] and sim.now_s == 2.0
+    assert sim.run(until_s=10.0) == 2
+    assert sim.now_s == 10.0
+
+
+def test_run_max_events_and_stop() -> None:
+    sim = Simulator()
+    log: list[int] = []
+    for i in range(5):
+        sim.schedule(float(i), log.append, i)
+    assert sim.run(max_events=2) == 2
+    assert log == [0, 1]
+    sim.schedule(2.5, sim.stop)  # relative to now 1.0 -> 3.5
+    sim.run()
+    assert log == [0, 1, 2, 3]
+    assert sim.now_s == 3.5
+
+
+def test_scheduling_in_the_past_is_an_error() -> None:
+    sim = Simulator()
+    sim.schedule(1.0, lambda: None)
+    sim.run()
+    with pytest.raises(ValueError):
+        sim.schedule(-0.1, lambda: None)
+    with pytest.raises(ValueError):
+        sim.schedule_at(0.5, lambda: None)
+
+
+def test_progress_callback_fires_every_n_events() -> None:
+    sim = Simulator()
+    counts: list[int] = []
+    sim.set_progress(lambda s: counts.append(s.events_processed), every_events=3)
+    for i in range(10):
+        sim.schedule(float(i), lambda: None)
+    sim.run()
+    assert counts == [3, 6, 9]
+
+
+def test_same_inputs_give_identical_event_order() -> None:
+    def trace() -> list[tuple[float, int]]:
+        sim = Simulator()
+        out: list[tuple[float, int]] = []
+
+        def ev(i: int) -> None:
+            out.append((sim.now_s, i))
+            if i < 200:
+                sim.schedule((i * 7919 % 13) / 10.0, ev, i + 13)
+
+        for i in range(13):
+            sim.schedule(0.0, ev, i, priority=i % 3)
+        sim.run()
+        return out
+
+    assert trace() == trace()
+    assert len(trace()) > 100
