@@ -1,0 +1,174 @@
+"""`FileStore`: one file per Full Block in a directory (local disk, or a 3FS / shared-FS mount).
+
+File layout (little-endian)::
+
+    offset 0   magic "DPKV" | version u16 | pad u16 | num_layers u32 | layer_block_bytes u64
+               | key 16 B | parent 16 B | header crc32 u32                          (56 bytes)
+    offset 56  crc32 of Layer Block 0 .. L-1, u32 each                             (4·L bytes)
+    data_off   Layer Block 0 | Layer Block 1 | ... | Layer Block L-1               (L·LB bytes)
+
+    data_off = 56 + 4·L; Layer Block l starts at data_off + l·LB, so reading it is one os.pread.
+
+The header crc covers the 52 bytes before it and the crc table. Files live at `<dir>/<hex[:2]>/<hex>.kvb`
+(a 256-way fan-out keeps directories small). Writes go to a temp file in the same directory, are fsynced,
+then `os.replace`d into place and the directory fsynced: a crash leaves the old state or the new one,
+never a torn block, at most a `.tmp` file that is ignored (and cleaned once stale).
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import tempfile
+import time
+import zlib
+from collections.abc import Callable
+from pathlib import Path
+
+from dualpath.kvcache.index import BlockMeta, LruEviction
+from dualpath.kvcache.keys import KEY_BYTES, BlockKey, key_from_hex, key_hex
+from dualpath.kvcache.store import BlockMissingError, CorruptBlockError, IndexedStore
+
+MAGIC = b"DPKV"
+VERSION = 1
+_FIXED = struct.Struct("<4sHHIQ16s16s")  # fields before the header crc
+_CRC = struct.Struct("<I")
+HEADER_BYTES = _FIXED.size + _CRC.size
+SUFFIX = ".kvb"
+TMP_SUFFIX = ".tmp"
+
+
+def data_offset_bytes(num_layers: int) -> int:
+    return HEADER_BYTES + _CRC.size * num_layers
+
+
+def encode_header(meta: BlockMeta) -> bytes:
+    fixed = _FIXED.pack(MAGIC, VERSION, 0, meta.num_layers, meta.layer_block_bytes, meta.key, meta.parent)
+    table = struct.pack(f"<{meta.num_layers}I", *meta.layer_crc32s)
+    return fixed + _CRC.pack(zlib.crc32(table, zlib.crc32(fixed))) + table
+
+
+def decode_header(key: BlockKey, head: bytes, read_table: Callable[[int], bytes]) -> BlockMeta:
+    """Parse a header; `read_table(num_layers)` returns the crc table bytes. Raises CorruptBlockError."""
+    if len(head) < HEADER_BYTES:
+        raise CorruptBlockError(key, "short header")
+    magic, version, _, num_layers, layer_bytes, file_key, parent = _FIXED.unpack_from(head)
+    if magic != MAGIC or version != VERSION or file_key != key or num_layers <= 0:
+        raise CorruptBlockError(key, "bad magic, version, key or layer count")
+    table = read_table(num_layers)
+    (header_crc,) = _CRC.unpack_from(head, _FIXED.size)
+    if (
+        len(table) != _CRC.size * num_layers
+        or zlib.crc32(table, zlib.crc32(head[: _FIXED.size])) != header_crc
+    ):
+        raise CorruptBlockError(key, "header checksum mismatch")
+    crcs = struct.unpack(f"<{num_layers}I", table)
+    return BlockMeta(
+        key=key, parent=parent, num_layers=num_layers, layer_block_bytes=layer_bytes, layer_crc32s=crcs
+    )
+
+
+class FileStore(IndexedStore):
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        capacity_bytes: int,
+        *,
+        stale_tmp_s: float = 60.0,
+        eviction: LruEviction | None = None,
+    ) -> None:
+        super().__init__(capacity_bytes, eviction)
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self._rebuild(stale_tmp_s)
+
+    def path_of(self, key: BlockKey) -> Path:
+        name = key_hex(key)
+        return self.directory / name[:2] / (name + SUFFIX)
+
+    # ---- start-up ---------------------------------------------------------------------------
+    def _rebuild(self, stale_tmp_s: float) -> None:
+        """Index every block on disk, oldest first (so LRU order survives a restart); drop torn temp files
+        and blocks whose header is unreadable."""
+        now = time.time()
+        found: list[tuple[float, str, BlockKey]] = []
+        for sub in sorted(p for p in self.directory.iterdir() if p.is_dir() and len(p.name) == 2):
+            for path in sorted(sub.iterdir()):
+                if path.name.endswith(TMP_SUFFIX):
+                    if now - path.stat().st_mtime >= stale_tmp_s:
+                        path.unlink(missing_ok=True)
+                elif path.name.endswith(SUFFIX) and len(path.name) == 2 * KEY_BYTES + len(SUFFIX):
+                    found.append((path.stat().st_mtime, path.name, key_from_hex(path.name[: -len(SUFFIX)])))
+        with self._lock:
+            for _, _, key in sorted(found):
+                try:
+                    meta = self._probe(key)
+                except CorruptBlockError:
+                    self._counts["corrupt_blocks"] += 1
+                    self._drop(key)
+                    continue
+                if meta is not None and key not in self._index:
+                    self._index.insert(meta)
+            self._evict_until_fits(keep=b"")
+
+    # ---- hooks ------------------------------------------------------------------------------
+    def _probe(self, key: BlockKey) -> BlockMeta | None:
+        try:
+            fd = os.open(self.path_of(key), os.O_RDONLY)
+        except FileNotFoundError:
+            return None
+        try:
+            head = os.pread(fd, HEADER_BYTES, 0)
+            return decode_header(key, head, lambda n: os.pread(fd, _CRC.size * n, HEADER_BYTES))
+        finally:
+            os.close(fd)
+
+    def _write(self, key: BlockKey, parent: BlockKey, num_layers: int, data: memoryview) -> BlockMeta:
+        layer_bytes = data.nbytes // num_layers
+        crcs = tuple(zlib.crc32(data[i * layer_bytes : (i + 1) * layer_bytes]) for i in range(num_layers))
+        meta = BlockMeta(
+            key=key, parent=parent, num_layers=num_layers, layer_block_bytes=layer_bytes, layer_crc32s=crcs
+        )
+        path = self.path_of(key)
+        path.parent.mkdir(exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix="." + path.name + ".", suffix=TMP_SUFFIX)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(encode_header(meta))
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        _fsync_dir(path.parent)
+        return meta
+
+    def _read_into(self, meta: BlockMeta, first_layer: int, num_layers: int, out: memoryview) -> None:
+        offset = data_offset_bytes(meta.num_layers) + first_layer * meta.layer_block_bytes
+        try:
+            fd = os.open(self.path_of(meta.key), os.O_RDONLY)
+        except FileNotFoundError:
+            raise BlockMissingError(key_hex(meta.key)) from None
+        try:
+            got = os.preadv(fd, [out], offset)  # one positional read straight into the caller's buffer
+        finally:
+            os.close(fd)
+        if got != out.nbytes:
+            raise CorruptBlockError(meta.key, f"short read: {got} of {out.nbytes} bytes")
+        lb = meta.layer_block_bytes
+        for i in range(num_layers):
+            if zlib.crc32(out[i * lb : (i + 1) * lb]) != meta.layer_crc32s[first_layer + i]:
+                raise CorruptBlockError(meta.key, f"layer {first_layer + i} checksum mismatch")
+
+    def _drop(self, key: BlockKey) -> None:
+        self.path_of(key).unlink(missing_ok=True)
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
