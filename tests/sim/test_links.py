@@ -1,0 +1,213 @@
+"""Fluid links: oracle tests against closed forms (STYLE habit 11)."""
+
+from __future__ import annotations
+
+import pytest
+
+from dualpath.sim.kernel import Simulator
+from dualpath.sim.links import LinkNetwork, TrafficClass, resample_utilisation
+
+GB = 1e9
+HIGH, LOW = TrafficClass.HIGH, TrafficClass.LOW
+
+
+def make_net(**kwargs: object) -> tuple[Simulator, LinkNetwork, dict[str, float]]:
+    sim = Simulator()
+    net = LinkNetwork(sim, **kwargs)  # type: ignore[arg-type]
+    return sim, net, {}
+
+
+def done_at(sim: Simulator, finished: dict[str, float], name: str) -> None:
+    finished[name] = sim.now_s
+
+
+def test_one_flow_on_an_idle_link_takes_bytes_over_bandwidth_plus_latency() -> None:
+    sim, net, fin = make_net()
+    link = net.add_link("snic_rx", 50 * GB, latency_s=1e-6)
+    net.start_flow(100 * GB, [link], LOW, done_at, sim, fin, "a", extra_latency_s=2e-6)
+    sim.run()
+    assert fin["a"] == pytest.approx(2.0 + 3e-6, rel=1e-12)
+    assert link.bytes_carried(sim.now_s) == pytest.approx(100 * GB)
+
+
+def test_zero_byte_flow_completes_after_latency_only() -> None:
+    sim, net, fin = make_net()
+    link = net.add_link("cnic_tx", 50 * GB, latency_s=1e-6)
+    net.start_flow(0, [link], LOW, done_at, sim, fin, "a")
+    sim.run()
+    assert fin["a"] == pytest.approx(1e-6)
+
+
+def test_two_equal_flows_share_equally_and_finish_together() -> None:
+    sim, net, fin = make_net()
+    link = net.add_link("l", 10 * GB)
+    net.start_flow(10 * GB, [link], LOW, done_at, sim, fin, "a")
+    net.start_flow(10 * GB, [link], LOW, done_at, sim, fin, "b")
+    sim.run()
+    assert fin["a"] == pytest.approx(2.0) and fin["b"] == pytest.approx(2.0)
+
+
+def test_a_finishing_flow_frees_bandwidth_for_the_other() -> None:
+    # a: 5 GB, b: 15 GB on 10 GB/s. Shared until a ends at 1.0 s (5 GB each); b's last 10 GB at full rate.
+    sim, net, fin = make_net()
+    link = net.add_link("l", 10 * GB)
+    net.start_flow(5 * GB, [link], LOW, done_at, sim, fin, "a")
+    net.start_flow(15 * GB, [link], LOW, done_at, sim, fin, "b")
+    sim.run()
+    assert fin["a"] == pytest.approx(1.0)
+    assert fin["b"] == pytest.approx(2.0)
+
+
+def test_a_late_flow_slows_the_first() -> None:
+    # a alone for 1 s (10 GB of 20), then shares with b (10 GB): both have 10 GB left at 5 GB/s -> t=3.
+    sim, net, fin = make_net()
+    link = net.add_link("l", 10 * GB)
+    net.start_flow(20 * GB, [link], LOW, done_at, sim, fin, "a")
+    sim.schedule(1.0, lambda: net.start_flow(10 * GB, [link], LOW, done_at, sim, fin, "b"))
+    sim.run()
+    assert fin["a"] == pytest.approx(3.0) and fin["b"] == pytest.approx(3.0)
+
+
+def test_high_class_gets_its_wrr_share_while_both_are_active() -> None:
+    sim, net, fin = make_net(high_priority_share=0.99)
+    link = net.add_link("cnic_tx", 100 * GB)
+    high = net.start_flow(99 * GB, [link], HIGH, done_at, sim, fin, "high")
+    low = net.start_flow(2 * GB, [link], LOW, done_at, sim, fin, "low")
+    sim.run(until_s=0.5)
+    assert high.rate_bytes_per_s / low.rate_bytes_per_s == pytest.approx(99.0)
+    hb, lb = link.bytes_carried_by_class(sim.now_s)
+    assert hb / lb == pytest.approx(99.0)
+    sim.run()
+    # High: 99 GB at 99 GB/s -> 1.0 s. Low: 1 GB by then, last 1 GB at 100 GB/s -> 1.01 s.
+    assert fin["high"] == pytest.approx(1.0)
+    assert fin["low"] == pytest.approx(1.01)
+
+
+def test_a_class_alone_gets_the_whole_link() -> None:
+    sim, net, fin = make_net()
+    link = net.add_link("l", 10 * GB)
+    flow = net.start_flow(10 * GB, [link], HIGH, done_at, sim, fin, "h")
+    sim.run(until_s=0.1)
+    assert flow.rate_bytes_per_s == pytest.approx(10 * GB)
+
+
+def test_high_share_unused_elsewhere_goes_to_low() -> None:
+    # High is bottlenecked at 2 GB/s on its own link, so low takes the remaining 8 GB/s of the shared link.
+    sim, net, _ = make_net()
+    shared = net.add_link("shared", 10 * GB)
+    narrow = net.add_link("narrow", 2 * GB)
+    high = net.start_flow(100 * GB, [narrow, shared], HIGH, lambda: None)
+    low = net.start_flow(100 * GB, [shared], LOW, lambda: None)
+    sim.run(until_s=0.1)
+    assert high.rate_bytes_per_s == pytest.approx(2 * GB)
+    assert low.rate_bytes_per_s == pytest.approx(8 * GB)
+
+
+def test_multi_link_flow_is_limited_by_its_bottleneck_and_spare_goes_to_others() -> None:
+    # Classic max-min: f1 crosses A (10) and B (4); f2 only A. f1 = 4 (bottleneck B), f2 = 6 (spare on A).
+    sim, net, _ = make_net()
+    a = net.add_link("A", 10 * GB)
+    b = net.add_link("B", 4 * GB)
+    f1 = net.start_flow(100 * GB, [a, b], LOW, lambda: None)
+    f2 = net.start_flow(100 * GB, [a], LOW, lambda: None)
+    sim.run(until_s=0.1)
+    assert f1.rate_bytes_per_s == pytest.approx(4 * GB)
+    assert f2.rate_bytes_per_s == pytest.approx(6 * GB)
+    assert a.rate_bytes_per_s == pytest.approx(10 * GB)
+
+
+def test_parking_lot_max_min() -> None:
+    # Links L1, L2 of 1 GB/s; long flow crosses both, one short flow on each: all get 0.5.
+    sim, net, _ = make_net()
+    l1, l2 = net.add_link("L1", GB), net.add_link("L2", GB)
+    flows = [
+        net.start_flow(10 * GB, [l1, l2], LOW, lambda: None),
+        net.start_flow(10 * GB, [l1], LOW, lambda: None),
+        net.start_flow(10 * GB, [l2], LOW, lambda: None),
+    ]
+    sim.run(until_s=0.1)
+    assert [f.rate_bytes_per_s for f in flows] == pytest.approx([0.5 * GB] * 3)
+
+
+def test_half_duplex_dram_is_shared_by_reads_and_writes() -> None:
+    # SNIC rx -> DRAM (write) and DRAM -> CNIC tx (read) cross one DRAM link of 60 GB/s: 30 each.
+    sim, net, _ = make_net()
+    snic_rx = net.add_link("snic_rx", 50 * GB)
+    dram = net.add_link("dram", 60 * GB)
+    cnic_tx = net.add_link("cnic_tx", 50 * GB)
+    w = net.start_flow(100 * GB, [snic_rx, dram], LOW, lambda: None)
+    r = net.start_flow(100 * GB, [dram, cnic_tx], LOW, lambda: None)
+    sim.run(until_s=0.1)
+    assert w.rate_bytes_per_s == pytest.approx(30 * GB)
+    assert r.rate_bytes_per_s == pytest.approx(30 * GB)
+
+
+def test_abort_frees_bandwidth_and_skips_callback() -> None:
+    sim, net, fin = make_net()
+    link = net.add_link("l", 10 * GB)
+    a = net.start_flow(10 * GB, [link], LOW, done_at, sim, fin, "a")
+    net.start_flow(10 * GB, [link], LOW, done_at, sim, fin, "b")
+    sim.schedule(1.0, net.abort_flow, a)  # b has 5 GB left, alone at 10 GB/s -> 1.5 s
+    sim.run()
+    assert "a" not in fin
+    assert fin["b"] == pytest.approx(1.5)
+
+
+def test_utilisation_record_and_resampling() -> None:
+    sim, net, _ = make_net()
+    link = net.add_link("l", 10 * GB, record=True)
+    net.start_flow(10 * GB, [link], LOW, lambda: None)  # 0..1 s at 10 GB/s
+    sim.schedule(2.0, lambda: net.start_flow(5 * GB, [link], LOW, lambda: None))  # 2..2.5 s
+    sim.run()
+    assert link.utilisation_record() == [(0.0, 10 * GB), (1.0, 0.0), (2.0, 10 * GB), (2.5, 0.0)]
+    bins = resample_utilisation(link.utilisation_record(), 0.0, 3.0, 1.0)
+    assert [t for t, _ in bins] == [0.0, 1.0, 2.0]
+    assert [r for _, r in bins] == pytest.approx([10 * GB, 0.0, 5 * GB])
+
+
+def test_capped_component_stays_feasible() -> None:
+    # With a tiny cap, rates are approximate but never exceed any link's capacity.
+    sim, net, _ = make_net(max_component_flows=1)
+    links = [net.add_link(f"l{i}", GB) for i in range(4)]
+    for i in range(12):
+        net.start_flow(GB * (1 + i % 3), [links[i % 4], links[(i + 1) % 4]], LOW, lambda: None)
+    for _ in range(40):
+        sim.run(max_events=3)
+        for link in links:
+            assert link.rate_bytes_per_s <= link.capacity_bytes_per_s * (1 + 1e-9)
+    sim.run()
+    assert net.flows_completed == 12
+
+
+def random_workload(net: LinkNetwork, sim: Simulator, log: list[tuple[float, int]]) -> None:
+    links = [net.add_link(f"l{i}", (1 + i % 3) * GB) for i in range(6)]
+
+    def done(i: int) -> None:
+        log.append((sim.now_s, i))
+
+    for i in range(60):
+        path = [links[(i * 5) % 6], links[(i * 7 + 1) % 6]] if i % 4 else [links[i % 6]]
+        cls = HIGH if i % 5 == 0 else LOW
+        sim.schedule(i * 0.013, net.start_flow, (i % 7 + 1) * 0.1 * GB, path, cls, done, i)
+
+
+def test_same_inputs_give_identical_completion_order_and_times() -> None:
+    runs = []
+    for _ in range(2):
+        sim, net, _ = make_net()
+        log: list[tuple[float, int]] = []
+        random_workload(net, sim, log)
+        sim.run()
+        runs.append(log)
+    assert runs[0] == runs[1]
+    assert len(runs[0]) == 60
+
+
+def test_conservation_bytes_carried_equal_bytes_sent() -> None:
+    sim, net, _ = make_net()
+    log: list[tuple[float, int]] = []
+    random_workload(net, sim, log)
+    sim.run()
+    total_sent = sum((i % 7 + 1) * 0.1 * GB * (2 if i % 4 else 1) for i in range(60))
+    carried = sum(link.bytes_carried(sim.now_s) for link in net.links.values())
+    assert carried == pytest.approx(total_sent, rel=1e-9)
