@@ -123,3 +123,4 @@ class ClusterSpec:
     num_prefill_nodes: int
     num_decode_nodes: int
     scheduler: SchedulerSpec = field(default_factory=SchedulerSpec)
+    name: str = ""  # the preset's name, when loaded from one

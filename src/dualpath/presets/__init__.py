@@ -1,0 +1,1 @@
+"""Packaged presets (TOML data): hardware/, model/, pd-cluster/ (and the runtime's cluster/)."""
