@@ -1,0 +1,451 @@
+"""`ClusterCore`: the whole decision core of a PD-disaggregated cluster, driven by `on_*` calls.
+
+Both drivers run this object: the simulator with a virtual clock and a cost model, the runtime with
+wall-clock time and real bytes. Each `on_*` / `fetch` call returns the commands to execute now
+(`dualpath.engine.commands`). Node ids: PE nodes 0..P-1, DE nodes P..P+D-1; engine id = node·g + rank.
+
+Life of a request (each arrow is a call from the driver):
+
+    submit ─fetch─► Assignment ─► StartRead(s) ─on_read_done─► [landing reserved in DE buffer] ─► ready
+      ─► StartPrefillStep ─on_prefill_step_done─► token 1 ─on_kv_out_done─► StartH2D (+ StartPersist of
+      the prompt's new blocks from DRAM) ─on_h2d_done─► decode run ─advance_decode─► token 2, StartPersist
+      per filled block, last token ─on_persist_done─► RequestDone
+
+DRAM buffers (admission when full): a PE-side read reserves its hit KV in the PE buffer; the DE buffer
+holds the request's whole prompt KV (the landing space), reserved by its DE-side read, or after its
+PE-side read when it has none. A request is prefillable only with its landing reserved, so a PE never
+waits on a full DE buffer mid-step and the buffers cannot deadlock. DE HBM is reserved at DE placement.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from dualpath.config.specs import SchedulerSpec
+from dualpath.engine.buffers import CapacityPool
+from dualpath.engine.commands import (
+    Command,
+    DecodeChanged,
+    RequestDone,
+    StartH2D,
+    StartPersist,
+    StartPrefillStep,
+    StartRead,
+    StepItem,
+    TokenMilestone,
+)
+from dualpath.engine.decode import DecodeEngine, DecodeNode
+from dualpath.engine.modes import Mode
+from dualpath.engine.prefill import PrefillEngine, PrefillNode, step_item
+from dualpath.engine.storage_reader import DEFAULT_MAX_INFLIGHT_READS, ReadPart, StorageReader
+from dualpath.policy.batching import (
+    DEFAULT_MAX_BATCH_NEW_TOKENS,
+    AttentionTimeFn,
+    BatchItem,
+    PrefillWork,
+    pack_by_compute_quota,
+    pack_by_token_budget,
+)
+from dualpath.policy.decisions import Assignment, BatchDecision, DecisionLog
+from dualpath.policy.read_path import make_read_path_policy
+from dualpath.policy.scheduler import RequestScheduler
+from dualpath.policy.types import EngineLoad
+from dualpath.request import Phase, Request
+
+
+@dataclass(frozen=True, kw_only=True)
+class CoreConfig:
+    num_prefill_nodes: int
+    num_decode_nodes: int
+    engines_per_node: int
+    mode: Mode
+    scheduler: SchedulerSpec
+    kv_bytes_per_token: float  # all layers (a Full Block's bytes / block_tokens)
+    dram_buffer_bytes: float  # PE/DE buffer per node (paper A.4)
+    de_hbm_kv_tokens: int  # KV capacity of one DE's HBM
+    pe_hbm_kv_tokens: int  # KV capacity of one PE's HBM (bounds basic's whole-KV batches)
+    read_tokens_per_s: float  # one node's storage path (its SNIC), in hit tokens/s
+    alpha_tokens: float  # §6.1: tokens the storage path reads in alpha_read_s
+    beta_tokens: float  # §6.1: prompt tokens one PE prefills in beta_compute_s
+    read_path: str | None = None  # overrides mode.read_path
+    max_inflight_reads: int = DEFAULT_MAX_INFLIGHT_READS
+    max_batch_new_tokens: int = DEFAULT_MAX_BATCH_NEW_TOKENS
+
+
+class ClusterCore:
+    def __init__(
+        self,
+        config: CoreConfig,
+        *,
+        attention_time_s: AttentionTimeFn | None = None,
+        log: DecisionLog | None = None,
+    ) -> None:
+        if config.mode.quota_batching and attention_time_s is None:
+            raise ValueError(f"mode {config.mode.name} batches by compute quota: pass attention_time_s")
+        self.config = config
+        self.mode = config.mode
+        self.log = log if log is not None else DecisionLog()
+        self._attention_time_s = attention_time_s
+        g, p, d = config.engines_per_node, config.num_prefill_nodes, config.num_decode_nodes
+        self.pe_nodes = {n: PrefillNode(n, [PrefillEngine(n * g + i, n) for i in range(g)]) for n in range(p)}
+        self.de_nodes = {
+            n: DecodeNode(
+                n,
+                [DecodeEngine(n * g + i, n, config.de_hbm_kv_tokens) for i in range(g)],
+                block_tokens=config.scheduler.block_tokens,
+            )
+            for n in range(p, p + d)
+        }
+        self._pe = {e.engine_id: e for node in self.pe_nodes.values() for e in node.engines}
+        self.readers = {
+            n: StorageReader(n, max_inflight_reads=config.max_inflight_reads) for n in range(p + d)
+        }
+        self.buffers = {
+            n: CapacityPool(config.dram_buffer_bytes, name=f"node{n}/dram_buffer") for n in range(p + d)
+        }
+        self._landing_wait: dict[int, deque[Request]] = {n: deque() for n in self.de_nodes}
+        self._dram_holds: dict[int, int] = {}  # request -> H2D / prompt-persist still reading DE buffer
+        self._persists: dict[int, int] = {}  # request -> persists in flight
+        self._active: dict[int, Request] = {}  # submitted and not yet forgotten
+        self.scheduler = RequestScheduler(
+            pe_nodes={n: [e.engine_id for e in node.engines] for n, node in self.pe_nodes.items()},
+            de_nodes={n: [e.engine_id for e in node.engines] for n, node in self.de_nodes.items()},
+            spec=config.scheduler,
+            read_path=make_read_path_policy(config.read_path or config.mode.read_path),
+            read_tokens_per_s={n: config.read_tokens_per_s for n in range(p + d)},
+            alpha_tokens=config.alpha_tokens,
+            beta_tokens=config.beta_tokens,
+            scheduling=config.mode.scheduling,
+            log=self.log,
+        )
+
+    # ---- ids -----------------------------------------------------------------------------------
+    def node_of_engine(self, engine_id: int) -> int:
+        return engine_id // self.config.engines_per_node
+
+    def de_engine(self, engine_id: int) -> DecodeEngine:
+        return self.de_nodes[self.node_of_engine(engine_id)].engine(engine_id)
+
+    # ---- intake and fetches --------------------------------------------------------------------
+    def submit(self, request: Request, now_s: float) -> list[Command]:
+        self._active[request.request_id] = request
+        self.scheduler.submit(request)
+        return []
+
+    def fetch(self, now_s: float) -> list[Command]:
+        """Every group's leader fetches (DE groups first, then PE groups, in id order)."""
+        out: list[Command] = []
+        progress = True
+        while progress and self.scheduler.waiting > self.scheduler.pe_queue_len:
+            progress = False  # round-robin places one turn per group per round: repeat rounds
+            for node in self.de_nodes.values():
+                for request, engine in self.scheduler.fetch_de_group(node.node_id, self._de_loads(node)):
+                    e = self.de_engine(engine)
+                    e.reserved_tokens += request.total_tokens
+                    e.seq += 1
+                    progress = True
+        for pnode in self.pe_nodes.values():
+            if not self.scheduler.pe_queue_len:
+                break
+            for a in self.scheduler.fetch_pe_group(pnode.node_id, self._pe_loads(pnode)):
+                out += self._on_assigned(a)
+        return out
+
+    def _de_loads(self, node: DecodeNode) -> list[EngineLoad]:
+        q = self.readers[node.node_id].read_q_tokens
+        return [
+            EngineLoad(
+                engine_id=e.engine_id,
+                node_id=node.node_id,
+                seq=e.seq,
+                tok=e.reserved_tokens,
+                read_q_tokens=q,
+                free_hbm_tokens=e.free_hbm_tokens,
+            )
+            for e in node.engines
+        ]
+
+    def _pe_loads(self, node: PrefillNode) -> list[EngineLoad]:
+        q = self.readers[node.node_id].read_q_tokens
+        return [
+            EngineLoad(engine_id=e.engine_id, node_id=node.node_id, seq=e.seq, tok=e.tok, read_q_tokens=q)
+            for e in node.engines
+        ]
+
+    def _on_assigned(self, a: Assignment) -> list[Command]:
+        request = self._active[a.request_id]
+        self._pe[a.pe_engine].assign(request)
+        if self.mode.skip_io:
+            return self._make_ready(request)
+        pe_node, de_node = self.node_of_engine(a.pe_engine), self.node_of_engine(a.de_engine)
+        kv = self.config.kv_bytes_per_token
+        parts: list[ReadPart] = []
+        if a.pe_read_tokens:
+            parts.append(ReadPart(request_id=a.request_id, node_id=pe_node, tokens=a.pe_read_tokens,
+                                  reserve_bytes=a.pe_read_tokens * kv))  # fmt: skip
+        if a.de_read_tokens:
+            parts.append(ReadPart(request_id=a.request_id, node_id=de_node, tokens=a.de_read_tokens,
+                                  reserve_bytes=request.prompt_tokens * kv))  # fmt: skip
+        request.parts_reading = len(parts)
+        if not parts:
+            self._landing_wait[de_node].append(request)
+            return self._admit(de_node)
+        out: list[Command] = []
+        for part in parts:
+            self.readers[part.node_id].enqueue(part)
+        for part in parts:
+            out += self._admit(part.node_id)
+        return out
+
+    # ---- storage reads and DRAM buffers -------------------------------------------------------
+    def _admit(self, node_id: int) -> list[Command]:
+        """Start what the node's buffer admits: landings waiting on it first (they hold PE buffers)."""
+        out: list[Command] = []
+        wait = self._landing_wait.get(node_id)
+        pool = self.buffers[node_id]
+        while wait:
+            request = wait[0]
+            need = request.prompt_tokens * self.config.kv_bytes_per_token
+            if not pool.can_reserve(need):
+                break
+            pool.reserve(request.request_id, need)
+            wait.popleft()
+            out += self._make_ready(request)
+
+        def reserve(part: ReadPart) -> bool:
+            if not pool.can_reserve(part.reserve_bytes):
+                return False
+            pool.reserve(part.request_id, part.reserve_bytes)
+            return True
+
+        for part in self.readers[node_id].admit(reserve):
+            request = self._active[part.request_id]
+            request.phase = Phase.READING
+            out.append(StartRead(node_id=node_id, request=request, tokens=part.tokens))
+        return out
+
+    def on_read_done(self, node_id: int, request_id: int, now_s: float) -> list[Command]:
+        self.readers[node_id].finish(request_id)
+        request = self._active[request_id]
+        request.parts_reading -= 1
+        if request.parts_reading:
+            return []
+        assert request.de_engine is not None
+        de_node = self.node_of_engine(request.de_engine)
+        if self.buffers[de_node].holds(request_id):
+            return self._make_ready(request)
+        self._landing_wait[de_node].append(request)
+        return self._admit(de_node)
+
+    def _make_ready(self, request: Request) -> list[Command]:
+        assert request.pe_engine is not None
+        request.phase = Phase.READY
+        pe = self._pe[request.pe_engine]
+        pe.ready.append(request)
+        return self._try_step(self.pe_nodes[pe.node_id])
+
+    # ---- prefill -------------------------------------------------------------------------------
+    def _try_step(self, node: PrefillNode) -> list[Command]:
+        if node.busy or not node.has_ready:
+            return []
+        batches = tuple(self._batch(e) for e in node.engines)
+        node.step_id += 1
+        node.busy = True
+        node.running = batches
+        return [
+            StartPrefillStep(
+                node_id=node.node_id, step_id=node.step_id, layerwise=self.mode.layerwise, batches=batches
+            )
+        ]
+
+    def _batch(self, engine: PrefillEngine) -> tuple[StepItem, ...]:
+        work = [
+            PrefillWork(
+                request_id=r.request_id,
+                cached_tokens=r.cached_tokens,
+                remaining_tokens=r.remaining_prefill_tokens,
+            )
+            for r in engine.ready
+        ]
+        items: list[BatchItem]
+        if self.mode.quota_batching:
+            assert self._attention_time_s is not None
+            items = pack_by_compute_quota(
+                work, attention_time_s=self._attention_time_s, quota_s=self.config.scheduler.compute_quota_s
+            )
+        else:
+            kv_limit = None if self.mode.layerwise else self.config.pe_hbm_kv_tokens
+            items = pack_by_token_budget(
+                work, max_new_tokens=self.config.max_batch_new_tokens, max_kv_tokens=kv_limit
+            )
+        if not items:
+            return ()
+        self.log.record(BatchDecision(pe_engine=engine.engine_id, items=tuple(items)))
+        out = []
+        for item, request in zip(items, engine.ready, strict=False):
+            assert item.request_id == request.request_id
+            request.phase = Phase.PREFILLING
+            out.append(step_item(request, engine.engine_id, item.cached_tokens, item.new_tokens))
+        return tuple(out)
+
+    def on_prefill_step_done(self, node_id: int, step_id: int, now_s: float) -> list[Command]:
+        """The forward's compute finished: chunks advance, finished prefills emit token 1."""
+        node = self.pe_nodes[node_id]
+        assert node.busy and node.step_id == step_id
+        out: list[Command] = []
+        finished: list[StepItem] = []
+        for engine, items in zip(node.engines, node.running, strict=True):
+            for item in items:
+                request = item.request
+                request.computed_tokens += item.new_tokens
+                if not request.is_prefilled:
+                    continue
+                assert engine.ready[0] is request
+                engine.ready.popleft()
+                engine.finish(request)
+                request.generated_tokens = 1
+                request.phase = Phase.TRANSFERRING
+                finished.append(item)
+                out.append(TokenMilestone(request=request, token_index=1))
+                if self.buffers[node_id].holds(request.request_id):
+                    self.buffers[node_id].release(request.request_id)
+                    out += self._admit(node_id)
+        node.busy = False
+        node.running = ()
+        node.awaiting_out[step_id] = tuple(finished)
+        return out + self._try_step(node)
+
+    def on_kv_out_done(self, node_id: int, step_id: int, now_s: float) -> list[Command]:
+        """Every layer of the step's finished requests sits in their DE buffers (Fig. 4a step 7)."""
+        out: list[Command] = []
+        for item in self.pe_nodes[node_id].awaiting_out.pop(step_id):
+            out += self._to_decode(item.request)
+        return out
+
+    # ---- decode --------------------------------------------------------------------------------
+    def _to_decode(self, request: Request) -> list[Command]:
+        assert request.de_engine is not None
+        out: list[Command] = []
+        block = self.config.scheduler.block_tokens
+        prompt_blocks_end = request.prompt_tokens // block * block
+        new_blocks = prompt_blocks_end - request.persisted_tokens
+        request.persisted_tokens = max(request.persisted_tokens, prompt_blocks_end)
+        holds = 0
+        if new_blocks > 0 and not self.mode.skip_io:
+            holds += 1
+            self._persists[request.request_id] = self._persists.get(request.request_id, 0) + 1
+            out.append(
+                StartPersist(de_engine=request.de_engine, request=request, tokens=new_blocks, from_hbm=False)
+            )
+        if request.gen_tokens == 1:  # nothing to decode: token 1 was the last
+            self._dram_holds[request.request_id] = holds
+            return out + self._finish(request) + self._maybe_release_dram(request)
+        if self.mode.skip_io:
+            return out + self._join(request)
+        self._dram_holds[request.request_id] = holds + 1
+        out.append(StartH2D(de_engine=request.de_engine, request=request, tokens=request.prompt_tokens))
+        return out
+
+    def on_h2d_done(self, request_id: int, now_s: float) -> list[Command]:
+        request = self._active[request_id]
+        self._dram_holds[request_id] -= 1
+        return self._maybe_release_dram(request) + self._join(request)
+
+    def _join(self, request: Request) -> list[Command]:
+        assert request.de_engine is not None
+        request.phase = Phase.DECODING
+        node = self.de_nodes[self.node_of_engine(request.de_engine)]
+        node.joining.append(request)
+        return [DecodeChanged(node_id=node.node_id)]
+
+    def _maybe_release_dram(self, request: Request) -> list[Command]:
+        if self.mode.skip_io or self._dram_holds.get(request.request_id, 0) > 0:
+            return []
+        self._dram_holds.pop(request.request_id, None)
+        assert request.de_engine is not None
+        de_node = self.node_of_engine(request.de_engine)
+        if not self.buffers[de_node].holds(request.request_id):
+            return []
+        self.buffers[de_node].release(request.request_id)
+        self._maybe_forget(request)
+        return self._admit(de_node)
+
+    def decode_merge(self, node_id: int) -> bool:
+        return self.de_nodes[node_id].merge_joiners()
+
+    def decode_shape(self, node_id: int) -> tuple[tuple[int, int], ...]:
+        return self.de_nodes[node_id].shape()
+
+    def decode_steps_to_next_event(self, node_id: int) -> int:
+        return self.de_nodes[node_id].steps_to_next_event()
+
+    def advance_decode(self, node_id: int, steps: int, now_s: float) -> list[Command]:
+        out: list[Command] = []
+        for ev in self.de_nodes[node_id].advance(steps):
+            request = ev.request
+            assert request.de_engine is not None
+            if ev.second_token:
+                out.append(TokenMilestone(request=request, token_index=2))
+            if ev.persist_tokens and not self.mode.skip_io:
+                self._persists[request.request_id] = self._persists.get(request.request_id, 0) + 1
+                out.append(
+                    StartPersist(
+                        de_engine=request.de_engine, request=request, tokens=ev.persist_tokens, from_hbm=True
+                    )
+                )
+            if ev.finished:
+                if request.gen_tokens > 2:  # tokens 1 and 2 had their own milestones
+                    out.append(TokenMilestone(request=request, token_index=request.gen_tokens))
+                out += self._finish(request)
+        return out
+
+    def _finish(self, request: Request) -> list[Command]:
+        """Last token out: free the DE's HBM reservation; done once its blocks are persisted."""
+        assert request.de_engine is not None
+        e = self.de_engine(request.de_engine)
+        e.reserved_tokens -= request.total_tokens
+        e.seq -= 1
+        request.phase = Phase.DONE
+        if self._persists.get(request.request_id, 0):
+            return []
+        return self._done(request)
+
+    def _done(self, request: Request) -> list[Command]:
+        self._persists.pop(request.request_id, None)
+        self._maybe_forget(request)
+        return [RequestDone(request=request)]
+
+    def _maybe_forget(self, request: Request) -> None:
+        rid = request.request_id
+        if request.phase is Phase.DONE and rid not in self._persists and not self._dram_holds.get(rid, 0):
+            self._dram_holds.pop(rid, None)
+            self._active.pop(rid, None)
+
+    def on_persist_done(self, request_id: int, from_hbm: bool, now_s: float) -> list[Command]:
+        request = self._active[request_id]
+        self._persists[request_id] -= 1
+        out: list[Command] = []
+        if not from_hbm:
+            self._dram_holds[request_id] -= 1
+            out += self._maybe_release_dram(request)
+        if request.phase is Phase.DONE and not self._persists[request_id]:
+            out += self._done(request)
+        return out
+
+    # ---- inspection ----------------------------------------------------------------------------
+    @property
+    def active_requests(self) -> int:
+        return len(self._active)
+
+    def check_invariants(self) -> None:
+        for reader in self.readers.values():
+            reader.check_invariants()
+        for pool in self.buffers.values():
+            pool.check_invariants()
+        for node in self.de_nodes.values():
+            node.check_invariants()
+        for pe in self._pe.values():
+            assert pe.seq >= 0 and pe.tok >= 0 and len(pe.ready) <= pe.seq
+        if self.mode.skip_io:
+            assert all(pool.used == 0 for pool in self.buffers.values())

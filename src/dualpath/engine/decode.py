@@ -1,0 +1,122 @@
+"""Decode engines (DEs) of one node, lock-stepped, advanced in whole runs of steps.
+
+NOTE: a decode step's time is constant while the batch is unchanged, so a driver need not take one
+event per step: it asks `steps_to_next_event()` (the next token of interest of any request: the
+second token, a filled Full Block to persist, or the last token), runs that many steps, and calls
+`advance(steps)`. The runtime calls `advance(1)` after every real step; both see the same events.
+
+Requests are tracked lazily against the node's step counter (a heap of each request's next event
+step), so a run costs O(events · log n), not O(requests). `Request.generated_tokens` is brought up
+to date whenever one of its events is processed.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+
+from dualpath.request import Request
+
+
+@dataclass
+class DecodeEngine:
+    engine_id: int
+    node_id: int
+    hbm_tokens: int  # KV capacity for requests (§6.2 free HBM)
+    reserved_tokens: int = 0  # Σ len_r of requests placed here and not finished
+    seq: int = 0
+    running: int = 0  # requests in the continuous batch
+    ctx_base: int = 0  # Σ (kv_tokens at join - join step) over running requests
+
+    @property
+    def free_hbm_tokens(self) -> int:
+        return self.hbm_tokens - self.reserved_tokens
+
+
+@dataclass(frozen=True, kw_only=True)
+class DecodeEvent:
+    request: Request
+    second_token: bool
+    persist_tokens: int  # whole blocks that filled (0 if none)
+    finished: bool
+
+
+@dataclass
+class DecodeNode:
+    node_id: int
+    engines: list[DecodeEngine]
+    block_tokens: int
+    steps_done: int = 0
+    joining: list[Request] = field(default_factory=list)
+    _heap: list[tuple[int, int, Request]] = field(default_factory=list)  # (event step, id, request)
+    _join_step: dict[int, tuple[int, int]] = field(default_factory=dict)  # id -> (step, generated)
+
+    def engine(self, engine_id: int) -> DecodeEngine:
+        return self.engines[engine_id - self.engines[0].engine_id]
+
+    @property
+    def num_running(self) -> int:
+        return len(self._join_step)
+
+    def merge_joiners(self) -> bool:
+        """Joiners enter the running batch at a step boundary; True if anything is running."""
+        for request in self.joining:
+            assert request.de_engine is not None
+            e = self.engine(request.de_engine)
+            e.running += 1
+            e.ctx_base += request.kv_tokens - self.steps_done
+            self._join_step[request.request_id] = (self.steps_done, request.generated_tokens)
+            heapq.heappush(self._heap, (self._next_event_step(request), request.request_id, request))
+        self.joining.clear()
+        return bool(self._join_step)
+
+    def shape(self) -> tuple[tuple[int, int], ...]:
+        """Per engine (batch size, Σ context tokens) for the cost of the next step."""
+        return tuple((e.running, e.ctx_base + e.running * self.steps_done) for e in self.engines)
+
+    def steps_to_next_event(self) -> int:
+        return max(1, self._heap[0][0] - self.steps_done) if self._heap else 0
+
+    def advance(self, steps: int) -> list[DecodeEvent]:
+        self.steps_done += steps
+        events: list[DecodeEvent] = []
+        while self._heap and self._heap[0][0] <= self.steps_done:
+            _, rid, request = heapq.heappop(self._heap)
+            events.append(self._process(request))
+        return events
+
+    def _process(self, request: Request) -> DecodeEvent:
+        join_step, gen_at_join = self._join_step[request.request_id]
+        before = request.generated_tokens
+        request.generated_tokens = gen_at_join + self.steps_done - join_step
+        blocks_end = request.kv_tokens // self.block_tokens * self.block_tokens
+        persist = max(0, blocks_end - request.persisted_tokens)
+        request.persisted_tokens += persist
+        finished = request.generated_tokens >= request.gen_tokens
+        assert request.de_engine is not None
+        e = self.engine(request.de_engine)
+        if finished:
+            del self._join_step[request.request_id]
+            e.running -= 1
+            e.ctx_base -= request.kv_tokens - self.steps_done
+        else:
+            heapq.heappush(self._heap, (self._next_event_step(request), request.request_id, request))
+        return DecodeEvent(
+            request=request,
+            second_token=before < 2 <= request.generated_tokens,
+            persist_tokens=persist,
+            finished=finished,
+        )
+
+    def _next_event_step(self, request: Request) -> int:
+        """Absolute step of the request's next second-token / block-full / last-token event."""
+        g = request.generated_tokens
+        until_last = request.gen_tokens - g
+        until_block = request.persisted_tokens + self.block_tokens - request.kv_tokens
+        until = 1 if g < 2 else min(until_last, until_block)
+        return self.steps_done + max(1, until)
+
+    def check_invariants(self) -> None:
+        assert sum(e.running for e in self.engines) == len(self._join_step)
+        for e in self.engines:
+            assert 0 <= e.reserved_tokens <= max(e.hbm_tokens, e.reserved_tokens)

@@ -1,0 +1,82 @@
+"""DE assignment in two phases (paper §6.2): global queue -> DE groups, then within a group.
+
+len_r = prompt + output tokens (`Request.total_tokens`): the HBM the request holds at its end. The
+scheduler reserves it when the request is placed on a DE, so decode never preempts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from dualpath.request import Request
+
+
+@dataclass(kw_only=True)
+class DeCandidate:
+    """Scheduler-side view of one DE during a fetch; counts change as requests are placed."""
+
+    engine_id: int
+    node_id: int
+    seq: int
+    tok: int
+    free_hbm_tokens: int
+
+
+def route_to_de_groups(requests: Sequence[Request], group_tok: Mapping[int, int]) -> list[tuple[int, int]]:
+    """Phase 1: each request goes to the group with the smallest Σtok (then lowest group id).
+
+    Σtok grows by len_r as requests are routed, so a burst spreads over the groups.
+    """
+    tok = dict(group_tok)
+    out: list[tuple[int, int]] = []
+    for request in requests:
+        group = min(tok, key=lambda g: (tok[g], g))
+        tok[group] += request.total_tokens
+        out.append((request.request_id, group))
+    return out
+
+
+def assign_within_de_group(
+    private_queue: Sequence[Request], candidates: Sequence[DeCandidate], *, z_factor: float
+) -> list[tuple[int, int]]:
+    """Phase 2: place the head of the group's private queue on DEs until one does not fit.
+
+    R = the longest head prefix whose Σ len_r fits the group's Σ free HBM (fragmentation ignored);
+    Z = z_factor × (Σ_R len_r + Σ_E tok_e) / |E|. For the head request: among DEs with room, a DE is
+    high-token if tok_e + len_r > Z; prefer a non-high-token DE with min seq (then min tok), else the
+    high-token DE with min tok. End the fetch when no DE has room for the head.
+    """
+    if not candidates:
+        return []
+    free_total = sum(e.free_hbm_tokens for e in candidates)
+    prefix: list[Request] = []
+    used = 0
+    for request in private_queue:
+        if used + request.total_tokens > free_total:
+            break
+        used += request.total_tokens
+        prefix.append(request)
+    z = z_factor * (used + sum(e.tok for e in candidates)) / len(candidates)
+    out: list[tuple[int, int]] = []
+    for request in prefix:
+        de = choose_decode_engine(request.total_tokens, candidates, z_tokens=z)
+        if de is None:
+            break
+        de.free_hbm_tokens -= request.total_tokens
+        de.tok += request.total_tokens
+        de.seq += 1
+        out.append((request.request_id, de.engine_id))
+    return out
+
+
+def choose_decode_engine(
+    len_tokens: int, candidates: Sequence[DeCandidate], *, z_tokens: float
+) -> DeCandidate | None:
+    fits = [e for e in candidates if e.free_hbm_tokens >= len_tokens]
+    normal = [e for e in fits if e.tok + len_tokens <= z_tokens]
+    if normal:
+        return min(normal, key=lambda e: (e.seq, e.tok, e.engine_id))
+    if fits:
+        return min(fits, key=lambda e: (e.tok, e.engine_id))
+    return None

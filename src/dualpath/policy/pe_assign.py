@@ -1,0 +1,72 @@
+"""PE assignment: Algorithm 1 of the paper (§6.1, Fig. 5).
+
+NOTE: Algorithm 1 as printed computes C1/C2/C3 once per fetch; whether an engine that crosses β
+mid-fetch leaves C2/C3 is open (paper summary §13). We recompute the classes after every assignment
+(an engine whose `tok` crossed β joins C1), because otherwise one fetch could hand an entire offline
+burst to the fetching group, which is what β exists to prevent.
+
+tokens(r) = r.prompt_tokens: tokens proxy GPU, disk and network load (§6.1), and the prompt is what
+the PE processes (hit KV loaded, miss KV computed). β is therefore prompt tokens one GPU prefills in
+5 s at the workload's typical hit ratio (computed by the driver).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from dualpath.request import Request
+
+
+@dataclass(kw_only=True)
+class PeCandidate:
+    """Scheduler-side view of one PE during a fetch; `tok` and `read_q_tokens` grow as it assigns."""
+
+    engine_id: int
+    node_id: int
+    tok: int
+    read_q_tokens: int
+
+
+def tokens_of(request: Request) -> int:
+    """tokens(r) of Algorithm 1."""
+    return request.prompt_tokens
+
+
+def choose_prefill_engine(
+    candidates: Iterable[PeCandidate], *, alpha_tokens: float, beta_tokens: float
+) -> PeCandidate | None:
+    """One iteration of Algorithm 1: C2 by min tok, else C3 by min tok, else None (C1 never).
+
+    C2 = {tok <= β and read_q <= α}: preferred so a short-queue node keeps its SNIC busy (§6.1).
+    Ties break on engine id, so the choice is deterministic.
+    """
+    best_c2: PeCandidate | None = None
+    best_c3: PeCandidate | None = None
+    for e in candidates:
+        if e.tok > beta_tokens:
+            continue  # C1: overloaded
+        if e.read_q_tokens <= alpha_tokens:
+            if best_c2 is None or (e.tok, e.engine_id) < (best_c2.tok, best_c2.engine_id):
+                best_c2 = e
+        elif best_c3 is None or (e.tok, e.engine_id) < (best_c3.tok, best_c3.engine_id):
+            best_c3 = e
+    return best_c2 if best_c2 is not None else best_c3
+
+
+def assign_prefill_engines(
+    queue: Sequence[Request], candidates: Sequence[PeCandidate], *, alpha_tokens: float, beta_tokens: float
+) -> list[tuple[int, int]]:
+    """Algorithm 1 over a FIFO queue: [(request_id, engine_id)] in assignment order.
+
+    Stops at the first request no engine can take (C2 and C3 empty). Read queues are not changed
+    here; `RequestScheduler` also adds the read side's tokens as it goes.
+    """
+    out: list[tuple[int, int]] = []
+    for request in queue:
+        pe = choose_prefill_engine(candidates, alpha_tokens=alpha_tokens, beta_tokens=beta_tokens)
+        if pe is None:
+            break
+        pe.tok += tokens_of(request)
+        out.append((request.request_id, pe.engine_id))
+    return out

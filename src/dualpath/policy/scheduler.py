@@ -1,0 +1,201 @@
+"""The central request scheduler (paper §6.1–§6.3), fed by engine-group fetches.
+
+NOTE: order of decisions. A request is placed on a DE first (two-phase, §6.2), then on a PE by
+Algorithm 1 (§6.1), and at that moment, with both nodes known, its read side is chosen (§6.3):
+
+    submit ─► global queue ─DE fetch─► DE group queue ─DE fetch─► PE queue Q ─PE fetch─► Assignment
+                          (phase 1)                  (phase 2: HBM reserved)   (Alg. 1 + read path)
+
+DE first because a DE admits a request only if its HBM can hold it (§6.2); placing the PE first
+could start a prefill whose KV has nowhere to go. The read side needs both nodes' read queues, so it
+comes last. Algorithm 1 and the two-phase DE rule run unchanged; only the queue they read differs.
+
+`scheduling="round-robin"` is the baseline (modes basic, layerwise, dualpath-rr): DEs and PEs in
+turn over the whole cluster, load-agnostic, still respecting DE HBM so decode never preempts.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Mapping, Sequence
+
+from dualpath.config.specs import SchedulerSpec
+from dualpath.policy.de_assign import DeCandidate, assign_within_de_group, route_to_de_groups
+from dualpath.policy.decisions import Assignment, DecisionLog
+from dualpath.policy.pe_assign import PeCandidate, choose_prefill_engine, tokens_of
+from dualpath.policy.read_path import ReadPathPolicy
+from dualpath.policy.types import EngineLoad, NodeReadState
+from dualpath.request import Phase, Request
+
+SCHEDULINGS = ("dualpath", "round-robin")
+
+
+class RequestScheduler:
+    def __init__(
+        self,
+        *,
+        pe_nodes: Mapping[int, Sequence[int]],
+        de_nodes: Mapping[int, Sequence[int]],
+        spec: SchedulerSpec,
+        read_path: ReadPathPolicy,
+        read_tokens_per_s: Mapping[int, float],
+        alpha_tokens: float,
+        beta_tokens: float,
+        scheduling: str = "dualpath",
+        log: DecisionLog | None = None,
+    ) -> None:
+        if scheduling not in SCHEDULINGS:
+            raise ValueError(f"unknown scheduling {scheduling!r} (known: {', '.join(SCHEDULINGS)})")
+        self.spec = spec
+        self.read_path = read_path
+        self.scheduling = scheduling
+        self.alpha_tokens = alpha_tokens
+        self.beta_tokens = beta_tokens
+        self.log = log if log is not None else DecisionLog()
+        self._pe_nodes = {n: tuple(e) for n, e in sorted(pe_nodes.items())}
+        self._de_nodes = {n: tuple(e) for n, e in sorted(de_nodes.items())}
+        self._node_of = {
+            e: n for nodes in (self._pe_nodes, self._de_nodes) for n, es in nodes.items() for e in es
+        }
+        self._read_rate = dict(read_tokens_per_s)
+        self._read_q = {n: 0 for n in self._node_of.values()}  # last report + our own assignments
+        self._group_tok = {n: 0 for n in self._de_nodes}  # Σ tok per DE group, last report + routed
+        self._global: deque[Request] = deque()
+        self._de_queues: dict[int, deque[Request]] = {n: deque() for n in self._de_nodes}
+        self._pe_queue: deque[Request] = deque()
+        self._rr_de = 0
+        self._rr_pe = 0
+
+    # ---- intake -------------------------------------------------------------------------------
+    def submit(self, request: Request) -> None:
+        request.phase = Phase.QUEUED
+        self._global.append(request)
+
+    @property
+    def waiting(self) -> int:
+        return len(self._global) + sum(map(len, self._de_queues.values())) + len(self._pe_queue)
+
+    @property
+    def pe_queue_len(self) -> int:
+        return len(self._pe_queue)
+
+    def node_of(self, engine_id: int) -> int:
+        return self._node_of[engine_id]
+
+    def _note(self, loads: Sequence[EngineLoad]) -> None:
+        for load in loads:
+            self._read_q[load.node_id] = load.read_q_tokens
+
+    # ---- DE fetch (§6.2) ----------------------------------------------------------------------
+    def fetch_de_group(self, node_id: int, loads: Sequence[EngineLoad]) -> list[tuple[Request, int]]:
+        """A DE group's leader fetches: returns [(request, de_engine)]; those requests join Q."""
+        self._note(loads)
+        if self.scheduling == "round-robin":
+            placed = self._round_robin_de(loads)
+        else:
+            self._group_tok[node_id] = sum(load.tok for load in loads)
+            for rid, group in route_to_de_groups(list(self._global), self._group_tok):
+                request = self._global.popleft()
+                assert request.request_id == rid
+                self._group_tok[group] += request.total_tokens
+                self._de_queues[group].append(request)
+            queue = self._de_queues[node_id]
+            cands = [
+                DeCandidate(
+                    engine_id=x.engine_id,
+                    node_id=x.node_id,
+                    seq=x.seq,
+                    tok=x.tok,
+                    free_hbm_tokens=x.free_hbm_tokens,
+                )
+                for x in loads
+            ]
+            z_factor = self.spec.de_token_threshold_factor
+            placed = []
+            for _rid, engine in assign_within_de_group(list(queue), cands, z_factor=z_factor):
+                placed.append((queue.popleft(), engine))
+        for request, engine in placed:
+            request.de_engine = engine
+            self._pe_queue.append(request)
+        return placed
+
+    def _round_robin_de(self, loads: Sequence[EngineLoad]) -> list[tuple[Request, int]]:
+        """Baseline: the global queue's head to the next DE of a cluster-wide cycle.
+
+        A group knows only its own engines' HBM, so it takes the turns of its engines and stops when
+        the cycle reaches another group's engine (that group takes them at its fetch). An engine
+        without room loses its turn, so a full DE never blocks the cycle.
+        """
+        free = {x.engine_id: x.free_hbm_tokens for x in loads}
+        engines = [e for es in self._de_nodes.values() for e in es]
+        placed: list[tuple[Request, int]] = []
+        while self._global:
+            engine = engines[self._rr_de % len(engines)]
+            if engine not in free:
+                break  # another group's turn: it takes it at its own fetch
+            self._rr_de += 1
+            if free[engine] >= self._global[0].total_tokens:  # no room: this engine loses its turn
+                free[engine] -= self._global[0].total_tokens
+                placed.append((self._global.popleft(), engine))
+        return placed
+
+    # ---- PE fetch (§6.1, §6.3) ----------------------------------------------------------------
+    def fetch_pe_group(self, node_id: int, loads: Sequence[EngineLoad]) -> list[Assignment]:
+        """A PE group's leader fetches: Algorithm 1 over Q on this group's engines, then read sides.
+
+        Round-robin scheduling instead deals all of Q to PEs cluster-wide in turn (no β).
+        """
+        self._note(loads)
+        cands = [
+            PeCandidate(engine_id=x.engine_id, node_id=x.node_id, tok=x.tok, read_q_tokens=x.read_q_tokens)
+            for x in loads
+        ]
+        engines = [e for es in self._pe_nodes.values() for e in es]
+        out: list[Assignment] = []
+        while self._pe_queue:
+            request = self._pe_queue[0]
+            if self.scheduling == "round-robin":
+                pe_engine = engines[self._rr_pe % len(engines)]
+                self._rr_pe += 1
+            else:
+                for cand in cands:  # read queues may have grown by earlier assignments this fetch
+                    cand.read_q_tokens = self._read_q[cand.node_id]
+                pe = choose_prefill_engine(
+                    cands, alpha_tokens=self.alpha_tokens, beta_tokens=self.beta_tokens
+                )
+                if pe is None:
+                    break  # C2 and C3 empty: hand what we have to the leader (Alg. 1)
+                pe.tok += tokens_of(request)
+                pe_engine = pe.engine_id
+            self._pe_queue.popleft()
+            out.append(self._place(request, pe_engine))
+        return out
+
+    def _place(self, request: Request, pe_engine: int) -> Assignment:
+        assert request.de_engine is not None
+        pe_node, de_node = self._node_of[pe_engine], self._node_of[request.de_engine]
+        plan = self.read_path.plan(
+            request.hit_tokens,
+            pe_node=NodeReadState(
+                read_q_tokens=self._read_q[pe_node], read_tokens_per_s=self._read_rate[pe_node]
+            ),
+            de_node=NodeReadState(
+                read_q_tokens=self._read_q[de_node], read_tokens_per_s=self._read_rate[de_node]
+            ),
+            block_tokens=self.spec.block_tokens,
+        )
+        self._read_q[pe_node] += plan.pe_read_tokens
+        self._read_q[de_node] += plan.de_read_tokens
+        request.pe_engine = pe_engine
+        request.pe_read_tokens = plan.pe_read_tokens
+        request.de_read_tokens = plan.de_read_tokens
+        request.phase = Phase.ASSIGNED
+        assignment = Assignment(
+            request_id=request.request_id,
+            pe_engine=pe_engine,
+            de_engine=request.de_engine,
+            pe_read_tokens=plan.pe_read_tokens,
+            de_read_tokens=plan.de_read_tokens,
+        )
+        self.log.record(assignment)
+        return assignment

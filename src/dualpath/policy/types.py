@@ -1,0 +1,51 @@
+"""Small value types the policies exchange (frozen; no behaviour beyond derived values)."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+
+class ReadSide(enum.Enum):
+    """Which node's SNIC reads a request's hit KV (paper §4.1, Fig. 4)."""
+
+    PE = "pe_read"
+    DE = "de_read"
+
+
+@dataclass(frozen=True, kw_only=True)
+class EngineLoad:
+    """What an engine reports at a group fetch (paper §6.1).
+
+    `tok` counts prompt tokens of unfinished requests on a PE and `len_r` (prompt + output) of
+    unfinished requests on a DE; `read_q_tokens` is the hit tokens waiting to be read (queued or in
+    flight) on the engine's node SNIC; `free_hbm_tokens` is used for DEs only.
+    """
+
+    engine_id: int
+    node_id: int
+    seq: int
+    tok: int
+    read_q_tokens: int
+    free_hbm_tokens: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class NodeReadState:
+    """A node's storage read queue as a read-path policy sees it (§6.3)."""
+
+    read_q_tokens: int
+    read_tokens_per_s: float  # how fast this node's storage path drains its queue
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReadPlan:
+    """How a request's hit tokens are divided between the two read paths."""
+
+    pe_read_tokens: int
+    de_read_tokens: int
+
+    @property
+    def side(self) -> ReadSide:
+        """The side reading most of the request (PE on a tie): its label in logs and metrics."""
+        return ReadSide.DE if self.de_read_tokens > self.pe_read_tokens else ReadSide.PE

@@ -1,0 +1,93 @@
+"""The request record the core tracks (one round of one agent trajectory).
+
+Counts that follow from others are `@property`s, never fields updated by hand in two places
+(STYLE habit 3). The record is mutable state owned by the core (`dualpath.engine.ClusterCore`);
+drivers read it, they never write it.
+
+Token accounting of one request::
+
+    prompt_tokens = hit_tokens + miss_tokens
+                    |<- whole Full Blocks read from storage ->|<- computed by the PE ->|
+    gen_tokens    = tokens decoded (the first by the PE's last forward, the rest by the DE)
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+
+class Phase(enum.Enum):
+    """Life of a request, in order (paper §4.1, Fig. 4)."""
+
+    QUEUED = "queued"  # waiting in the scheduler's queues
+    ASSIGNED = "assigned"  # PE, DE and read side chosen; its storage read waits in a read_queue
+    READING = "reading"  # hit KV moving storage -> SNIC -> DRAM buffer
+    READY = "ready"  # hit KV in a DRAM buffer: prefillable
+    PREFILLING = "prefilling"  # in a PE forward batch (possibly chunk after chunk)
+    TRANSFERRING = "transferring"  # all layers in the DE buffer; one-shot H2D into DE HBM
+    DECODING = "decoding"  # in the DE's continuous batch
+    DONE = "done"
+
+
+@dataclass(kw_only=True)
+class Request:
+    request_id: int
+    trajectory_id: int
+    round_index: int
+    prompt_tokens: int
+    hit_tokens: int  # cached prefix, whole Full Blocks
+    gen_tokens: int  # output tokens, >= 1
+    arrival_s: float
+    phase: Phase = Phase.QUEUED
+    pe_engine: int | None = None
+    de_engine: int | None = None
+    pe_read_tokens: int = 0  # hit tokens read by the PE node's SNIC (PE read path)
+    de_read_tokens: int = 0  # hit tokens read by the DE node's SNIC (DE read path)
+    computed_tokens: int = 0  # miss tokens prefilled so far (chunked prefill advances it)
+    generated_tokens: int = 0  # output tokens produced so far
+    persisted_tokens: int = 0  # prefix whose KV is in storage (starts at hit_tokens)
+    parts_reading: int = 0  # storage reads (one per side) not yet finished
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.hit_tokens <= self.prompt_tokens:
+            raise ValueError(f"request {self.request_id}: hit_tokens must lie in [0, prompt_tokens]")
+        if self.hit_tokens == self.prompt_tokens and self.prompt_tokens > 0:
+            raise ValueError(f"request {self.request_id}: at least one prompt token must be computed")
+        if self.gen_tokens < 1:
+            raise ValueError(f"request {self.request_id}: gen_tokens must be >= 1")
+        self.persisted_tokens = max(self.persisted_tokens, self.hit_tokens)
+
+    @property
+    def miss_tokens(self) -> int:
+        return self.prompt_tokens - self.hit_tokens
+
+    @property
+    def remaining_prefill_tokens(self) -> int:
+        return self.miss_tokens - self.computed_tokens
+
+    @property
+    def cached_tokens(self) -> int:
+        """Tokens whose KV exists before the next prefill chunk: hit + chunks already computed."""
+        return self.hit_tokens + self.computed_tokens
+
+    @property
+    def total_tokens(self) -> int:
+        """`len_r` of §6.2: the DE HBM the request occupies at its end (prompt + output)."""
+        return self.prompt_tokens + self.gen_tokens
+
+    @property
+    def kv_tokens(self) -> int:
+        """Tokens whose KV has been computed: the prompt, then one more per decode step.
+
+        The last output token is never fed back, so a finished request holds prompt + gen - 1.
+        """
+        return self.prompt_tokens + max(0, self.generated_tokens - 1)
+
+    @property
+    def read_tokens(self) -> int:
+        return self.pe_read_tokens + self.de_read_tokens
+
+    @property
+    def is_prefilled(self) -> bool:
+        return self.computed_tokens >= self.miss_tokens
