@@ -348,6 +348,9 @@ class LinkNetwork:
                 for link in next_frontier:
                     for flow in link.flows:
                         seen_flows.setdefault(flow, None)
+                for flow in seen_flows:  # every link a member crosses gets a capacity entry
+                    for other in flow.path:
+                        seen_links.setdefault(other, None)
                 break
             frontier = next_frontier
         return list(seen_flows), seen_links
