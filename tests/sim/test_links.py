@@ -211,3 +211,18 @@ def test_conservation_bytes_carried_equal_bytes_sent() -> None:
     total_sent = sum((i % 7 + 1) * 0.1 * GB * (2 if i % 4 else 1) for i in range(60))
     carried = sum(link.bytes_carried(sim.now_s) for link in net.links.values())
     assert carried == pytest.approx(total_sent, rel=1e-9)
+
+
+def test_capped_component_includes_links_of_boundary_flows() -> None:
+    # A chain l0-l1-...-l7 with flows over neighbouring pairs: the cap cuts the component mid-chain.
+    sim, net, _ = make_net(max_component_flows=2)
+    chain = [net.add_link(f"c{i}", GB) for i in range(8)]
+    for i in range(7):
+        for _ in range(3):
+            net.start_flow(0.5 * GB, [chain[i], chain[i + 1]], LOW, lambda: None)
+    sim.run()
+    assert net.flows_completed == 21
+    for link in chain:
+        assert link.bytes_carried(sim.now_s) == pytest.approx(
+            (3 if link in (chain[0], chain[7]) else 6) * 0.5 * GB
+        )
