@@ -8,7 +8,7 @@ from typing import Any
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
-    parser = subparsers.add_parser(
+    parser: argparse.ArgumentParser = subparsers.add_parser(
         "plan",
         help="bottleneck-free P/D range, link traffic, cache-compute ratio (Table 1), KV working set",
         description="Closed-form planning from the paper's §4.2 traffic analysis and Table 1.",
