@@ -106,7 +106,7 @@ def test_byte_tokenizer_round_trips_utf8_and_marks_specials() -> None:
     ids = tokenizer.encode("héllo ✓")
     assert ids[0] == tokenizer.bos_id == 256 and all(0 <= i < 256 for i in ids[1:])
     assert tokenizer.decode([*ids, tokenizer.eos_id]) == "héllo ✓"
-    assert tokenizer.vocab_size == 259
+    assert tokenizer.vocab_size == 260
     assert isinstance(load_tokenizer(None), ByteTokenizer)
 
 

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 import torch.nn.functional as F
 
+from dualpath.config.loader import load_model
 from dualpath.config.specs import AttentionSpec, FfnSpec, ModelSpec
-from dualpath.runtime.model import Transformer, TransformerConfig, config_from_model_spec
+from dualpath.model import arch
+from dualpath.runtime.model import ByteTokenizer, Transformer, TransformerConfig, config_from_model_spec
 
 
 def make_config(**overrides: object) -> TransformerConfig:
@@ -131,31 +135,26 @@ def test_random_model_logits_are_spread_out_for_meaningful_greedy_decoding() -> 
     assert float((top2[:, 0] - top2[:, 1]).min()) > 1e-4
 
 
-def test_config_from_tiny_model_spec() -> None:
-    spec = ModelSpec(
-        name="tiny-llama",
-        num_layers=4,
-        hidden_size=256,
-        vocab_size=259,
-        attention=AttentionSpec(kind="gqa", num_heads=8, num_kv_heads=4, head_dim=32),
-        ffn=FfnSpec(intermediate_size=688),
-        weight_bytes_per_param=4,
-        kv_cache_format="bf16",
-        max_context_tokens=8192,
-    )
+def test_config_from_the_tiny_llama_preset_agrees_with_the_architecture_math() -> None:
+    spec = load_model("tiny-llama")
     config = config_from_model_spec(spec)
+    assert config == TransformerConfig.from_model_spec(spec)
     assert (config.num_layers, config.num_kv_heads, config.head_dim, config.intermediate_size) == (
         4,
         4,
         32,
         688,
     )
-    assert config == TransformerConfig.from_model_spec(spec)
-    # float32 rows: [K(4 x 32) | V(4 x 32)] x 4 bytes.
-    assert config.kv_bytes_per_token_per_layer == 2 * 4 * 32 * 4
-    assert config_from_model_spec(spec, dtype="bfloat16").kv_bytes_per_token_per_layer == 2 * 4 * 32 * 2
+    assert config.tie_word_embeddings == spec.tied_embeddings
+    # The runtime's Layer Block row is the size the simulator and planner assume for this model.
+    assert config.kv_bytes_per_token_per_layer == arch.kv_bytes_per_token_per_layer(spec)
+    assert config.vocab_size == ByteTokenizer().vocab_size
+    bf16 = dataclasses.replace(spec, kv_cache_format="bf16")
+    assert config_from_model_spec(bf16).kv_bytes_per_token_per_layer == arch.kv_bytes_per_token_per_layer(
+        bf16
+    )
     logits = Transformer.random(config, seed=0).prefill(make_ids(10)).logits
-    assert logits.shape == (1, 259) and bool(torch.isfinite(logits).all())
+    assert logits.shape == (1, spec.vocab_size) and bool(torch.isfinite(logits).all())
 
 
 def test_config_rejects_moe_and_bad_shapes() -> None:

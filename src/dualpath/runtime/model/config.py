@@ -93,25 +93,39 @@ class TransformerConfig:
         return self.kv_row_elems * element_bytes
 
 
+# ModelSpec.kv_cache_format -> the runtime dtype that stores KV in exactly that many bytes per element.
+_KV_FORMAT_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+
+
 def config_from_model_spec(
     spec: ModelSpec,
     *,
-    dtype: str = "float32",
+    dtype: str | None = None,
     device: str = "cpu",
     rope_theta: float = DEFAULT_ROPE_THETA,
     rms_eps: float = DEFAULT_RMS_EPS,
-    tie_word_embeddings: bool = False,
 ) -> TransformerConfig:
     """The runtime config for a dense GQA `ModelSpec` preset (e.g. `tiny-llama`).
 
-    The spec's `kv_cache_format` describes the modelled deployment; the runtime stores KV in `dtype`
-    (float32 by default, for bit-reproducibility), so the runtime's KV bytes come from this config.
+    `dtype` defaults to the spec's `kv_cache_format` ("fp32" -> float32), so the runtime's KV bytes per
+    token per layer equal `dualpath.model.arch.kv_bytes_per_token_per_layer(spec)`, the number the
+    simulator and the planner use. `rope_theta` and `rms_eps` are not in a `ModelSpec`; Llama-2
+    defaults apply.
     """
     attention, ffn = spec.attention, spec.ffn
     if attention.kind != "gqa":
         raise ValueError(f"model {spec.name!r}: the runtime model supports attention kind 'gqa' only")
     if ffn.num_routed_experts:
         raise ValueError(f"model {spec.name!r}: the runtime model supports dense FFNs only, not MoE")
+    if getattr(attention, "sliding_window_tokens", 0):
+        raise ValueError(f"model {spec.name!r}: the runtime model has no sliding-window attention")
+    if dtype is None:
+        if spec.kv_cache_format not in _KV_FORMAT_DTYPES:
+            raise ValueError(
+                f"model {spec.name!r}: kv_cache_format {spec.kv_cache_format!r} has no runtime dtype; "
+                f"pass dtype= one of {sorted(_DTYPES)}"
+            )
+        dtype = _KV_FORMAT_DTYPES[spec.kv_cache_format]
     return TransformerConfig(
         vocab_size=spec.vocab_size,
         hidden_size=spec.hidden_size,
@@ -123,7 +137,7 @@ def config_from_model_spec(
         rope_theta=rope_theta,
         rms_eps=rms_eps,
         max_position_tokens=spec.max_context_tokens,
-        tie_word_embeddings=tie_word_embeddings,
+        tie_word_embeddings=getattr(spec, "tied_embeddings", False),
         dtype=dtype,
         device=device,
     )

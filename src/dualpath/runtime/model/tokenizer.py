@@ -1,7 +1,7 @@
 """Tokenizers: byte-level by default; a local `tokenizer.json` through the `tokenizers` package if present.
 
 The byte tokenizer needs no file and no download: ids 0-255 are the bytes of the UTF-8 text, then the
-specials. Its vocabulary (259) is the `tiny-llama` preset's vocab size.
+specials (BOS, EOS, PAD, UNK). Its vocabulary (260) is the `tiny-llama` preset's vocab size.
 """
 
 from __future__ import annotations
@@ -23,15 +23,16 @@ class Tokenizer(Protocol):
 
 @dataclass(frozen=True, kw_only=True)
 class ByteTokenizer:
-    """ids 0-255 = bytes; 256 = BOS, 257 = EOS, 258 = PAD (vocab 259)."""
+    """ids 0-255 = bytes; 256 = BOS, 257 = EOS, 258 = PAD, 259 = UNK (vocab 260)."""
 
     bos_id: int = 256
     eos_id: int = 257
     pad_id: int = 258
+    unk_id: int = 259
 
     @property
     def vocab_size(self) -> int:
-        return 259
+        return 260
 
     def encode(self, text: str, *, add_bos: bool = True) -> list[int]:
         ids = list(text.encode("utf-8"))
