@@ -1,0 +1,71 @@
+"""`dualpath serve [--config FILE|PRESET] [--mode M] [--port N]`: a real local DualPath cluster."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import replace
+from pathlib import Path
+
+from dualpath.cli.main import UserError
+
+MODES = ("basic", "layerwise", "dualpath-rr", "dualpath", "oracle")
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:  # type: ignore[type-arg]
+    parser = subparsers.add_parser(
+        "serve",
+        help="start a local cluster: scheduler + HTTP API, one process per node",
+        description="Start the scheduler (OpenAI-compatible HTTP API) and one process per prefill/decode node. "
+        "Storage and compute NICs are EMULATED by rate limiters (see docs/runtime.md). Ctrl-C stops everything.",
+    )
+    parser.add_argument(
+        "--config", default="local-1p2d", help="cluster preset or TOML file (default local-1p2d)"
+    )
+    parser.add_argument("--mode", choices=MODES, help="serving mode (default: the cluster file's)")
+    parser.add_argument(
+        "--read-path", help="read-path policy for dualpath/oracle (pe-read, de-read, shorter-queue, split)"
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="HTTP address (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=8000, help="HTTP port (default 8000)")
+    parser.add_argument(
+        "--store", type=Path, help="KV store directory, shared by all nodes (default: a temp dir)"
+    )
+    parser.add_argument(
+        "--control-port", type=int, default=0, help="control-plane port (default: any free one)"
+    )
+    parser.add_argument(
+        "--no-spawn",
+        action="store_true",
+        help="start no nodes here; they join with `dualpath node --scheduler ...`",
+    )
+    parser.add_argument("--tcp", action="store_true", help="move KV over ZeroMQ TCP instead of shared memory")
+    parser.set_defaults(func=run)
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    from dualpath.runtime.cluster import ClusterConfigError, load_cluster
+    from dualpath.runtime.serve import serve
+
+    try:
+        spec = load_cluster(args.config)
+        if args.mode:
+            spec = replace(spec, mode=args.mode)
+        if args.read_path:
+            spec = replace(spec, read_path=args.read_path)
+    except ClusterConfigError as error:
+        raise UserError(str(error)) from None
+    if args.no_spawn and args.store is None:
+        raise UserError(
+            "--no-spawn needs --store DIR: the directory every node mounts as the shared KV store"
+        )
+    return serve(
+        spec,
+        config=args.config,
+        host=args.host,
+        port=args.port,
+        store_dir=args.store,
+        spawn_nodes=not args.no_spawn,
+        control_port=args.control_port,
+        tcp_data_plane=args.tcp,
+    )
