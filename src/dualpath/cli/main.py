@@ -59,6 +59,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # `dualpath ... | head`: the reader went away; that is not an error of ours.
+        sys.stderr.close()
+        return 0
 
 
 if __name__ == "__main__":
