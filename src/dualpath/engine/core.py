@@ -108,6 +108,7 @@ class ClusterCore:
         self._dram_holds: dict[int, int] = {}  # request -> H2D / prompt-persist still reading DE buffer
         self._persists: dict[int, int] = {}  # request -> persists in flight
         self._active: dict[int, Request] = {}  # submitted and not yet forgotten
+        self._fetches = 0
         self.scheduler = RequestScheduler(
             pe_nodes={n: [e.engine_id for e in node.engines] for n, node in self.pe_nodes.items()},
             de_nodes={n: [e.engine_id for e in node.engines] for n, node in self.de_nodes.items()},
@@ -145,9 +146,14 @@ class ClusterCore:
                     e.reserved_tokens += request.total_tokens
                     e.seq += 1
                     progress = True
-        for pnode in self.pe_nodes.values():
+        # Leaders fetch independently in the paper; rotating who fetches first keeps any one PE
+        # group from always having first pick of Q.
+        pe_ids = list(self.pe_nodes)
+        self._fetches += 1
+        for k in range(len(pe_ids)):
             if not self.scheduler.pe_queue_len:
                 break
+            pnode = self.pe_nodes[pe_ids[(self._fetches + k) % len(pe_ids)]]
             for a in self.scheduler.fetch_pe_group(pnode.node_id, self._pe_loads(pnode)):
                 out += self._on_assigned(a)
         return out

@@ -1,0 +1,109 @@
+"""`dualpath simulate`: one discrete-event run of a PD cluster (docs/simulator.md)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    p = subparsers.add_parser(
+        "simulate", help="simulate a PD-disaggregated cluster serving agentic trajectories"
+    )
+    p.add_argument("--hardware", default="hopper-8x400g", help="hardware preset or TOML file")
+    p.add_argument("--model", default="deepseek-v3.2", help="model preset or TOML file")
+    p.add_argument("--p", type=int, default=2, help="prefill nodes")
+    p.add_argument("--d", type=int, default=4, help="decode nodes")
+    p.add_argument("--dataset", default="64k", help="32k | 48k | 64k | FILE")
+    p.add_argument("--agents", type=int, default=64, help="number of agents (trajectories)")
+    p.add_argument("--aps", type=float, default=None, help="online: Poisson agent arrivals per second")
+    p.add_argument("--duration", type=float, default=None, help="online: stop after this many seconds")
+    p.add_argument("--mode", default="dualpath", help="basic | layerwise | dualpath-rr | dualpath | oracle")
+    p.add_argument(
+        "--read-path", default=None, help="pe-read | de-read | shorter-queue | split | alternating"
+    )
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a cluster field")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument(
+        "-o", "--out", type=Path, default=None, help="write records, link CSV, config and plots here"
+    )
+    p.set_defaults(func=run)
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    from dualpath.cli.main import UserError
+    from dualpath.config.coerce import ConfigError
+    from dualpath.config.loader import load_cluster, spec_to_dict
+    from dualpath.engine.modes import MODES
+    from dualpath.policy.read_path import READ_PATH_POLICIES
+    from dualpath.sim.agents import load_trajectories
+    from dualpath.sim.driver import SimConfig, Simulation
+    from dualpath.sim.summary import summarise, write_outputs
+
+    if args.mode not in MODES:
+        raise UserError(f"unknown --mode {args.mode!r}; choose one of {', '.join(MODES)}")
+    if args.read_path and args.read_path not in READ_PATH_POLICIES:
+        raise UserError(
+            f"unknown --read-path {args.read_path!r}; choose one of {', '.join(READ_PATH_POLICIES)}"
+        )
+    if args.agents < 1 or args.p < 1 or args.d < 1:
+        raise UserError("--agents, --p and --d must be >= 1")
+    if (args.aps is None) != (args.duration is None) and args.aps is not None and args.aps <= 0:
+        raise UserError("--aps must be > 0")
+    try:
+        cluster = load_cluster(hardware=args.hardware, model=args.model, num_prefill_nodes=args.p,
+                               num_decode_nodes=args.d, overrides=args.set)  # fmt: skip
+        trajectories = load_trajectories(args.dataset, args.agents, args.seed)
+    except (ConfigError, ValueError, FileNotFoundError) as error:
+        raise UserError(str(error)) from None
+    config = SimConfig(cluster=cluster, mode=args.mode, read_path=args.read_path, aps=args.aps,
+                       duration_s=args.duration, record_links=args.out is not None)  # fmt: skip
+    started = time.perf_counter()
+    try:
+        sim = Simulation(config, trajectories, seed=args.seed)
+    except ValueError as error:
+        raise UserError(str(error)) from None
+    outcome = sim.run(progress=None if args.quiet else _progress_bar(sim))
+    summary = summarise(outcome, offline=args.aps is None, wall_s=time.perf_counter() - started)
+    summary.update(mode=args.mode, read_path=args.read_path or MODES[args.mode].read_path)
+    if args.out is not None:
+        resolved = {"cluster": spec_to_dict(cluster), "args": {k: v for k, v in vars(args).items() if k != "func"},
+                    "alpha_tokens": sim.rates.alpha_tokens, "beta_tokens": sim.rates.beta_tokens}  # fmt: skip
+        write_outputs(outcome, summary, resolved, args.out)
+    if args.json:
+        print(json.dumps(summary, sort_keys=True, default=str))
+    else:
+        _table(summary)
+    return 0
+
+
+def _progress_bar(sim: Any) -> Any:
+    from tqdm import tqdm
+
+    bar = tqdm(desc="simulate", unit=" sim-s", file=sys.stderr, bar_format="{desc}: {n:.0f} sim-s {postfix}")
+
+    def update(kernel: Any) -> None:
+        bar.n = kernel.now_s
+        bar.set_postfix_str(f"{kernel.events_processed} events", refresh=True)
+
+    return update
+
+
+def _table(s: dict[str, Any]) -> None:
+    def f(x: Any) -> str:
+        return "-" if x is None else f"{x:.3f}" if isinstance(x, float) else str(x)
+
+    print(f"mode {s['mode']} (read path {s['read_path']})")
+    print(f"  JCT           {f(s['jct_s'])} s   ({s['agents_finished']} agents, {s['requests']} requests)")
+    for key in ("ttft_s", "ttst_s", "tpot_s"):
+        st = s[key]
+        print(f"  {key:<13} mean {f(st['mean'])}  p50 {f(st['p50'])}  p90 {f(st['p90'])}  p99 {f(st['p99'])}")
+    print(f"  SLO attainment {f(s['slo_attainment'])}   SNIC max/avg {f(s['snic_max_over_avg'])}")
+    print(f"  simulated {f(s['sim_end_s'])} s in {f(s['sim_wall_s'])} s wall, {s['events']} events")

@@ -1,0 +1,370 @@
+"""The simulator driver: `ClusterCore` on a virtual clock, every byte on the fluid link network.
+
+NOTE: the driver makes no decision. It executes the core's commands as flows and timers and calls the
+core back when they finish; the cost model says how long GPU work takes. Shortcuts that keep 1,152
+GPUs fast (DESIGN §4 "sim"): one step event per lock-stepped node, one flow per hop per batch with the
+layerwise pipeline in closed form (`prefill_timing`), decode advanced in runs of steps between tokens
+of interest, group fetches coalesced to one per `FETCH_INTERVAL_S` while work waits.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from dualpath.config.specs import ClusterSpec
+from dualpath.engine import commands as cmd
+from dualpath.engine.core import ClusterCore, CoreConfig
+from dualpath.engine.modes import get_mode
+from dualpath.model import arch
+from dualpath.policy.decisions import DecisionLog
+from dualpath.sim.agents import Agent, Round
+from dualpath.sim.cost import gpu_cost_model
+from dualpath.sim.kernel import Simulator
+from dualpath.sim.links import Link, LinkNetwork, TrafficClass
+from dualpath.sim.prefill_timing import layerwise_end_s, whole_kv_end_s
+from dualpath.sim.rates import attention_predictor, core_rates, hbm_kv_tokens
+from dualpath.sim.topology import Topology
+
+# Group leaders poll the scheduler "periodically" (paper §6.1, period not stated): every 10 ms, a
+# small fraction of a prefill forward (hundreds of ms) and of a decode run.
+FETCH_INTERVAL_S = 0.010
+LOW = TrafficClass.LOW
+SAMPLE_INTERVAL_S = 1.0  # queue-length samples for `-o DIR` plots
+
+
+@dataclass(frozen=True, kw_only=True)
+class SimConfig:
+    cluster: ClusterSpec
+    mode: str
+    read_path: str | None = None
+    aps: float | None = None  # None: offline, every agent starts at t = 0
+    duration_s: float | None = None  # online: stop here
+    record_links: bool = False
+
+
+@dataclass
+class RequestTimes:
+    agent: int
+    round_index: int
+    prompt_tokens: int
+    hit_tokens: int
+    gen_tokens: int
+    pe_read_tokens: int = 0
+    de_read_tokens: int = 0
+    arrival_s: float = math.nan
+    first_token_s: float = math.nan
+    second_token_s: float = math.nan
+    last_token_s: float = math.nan
+    done_s: float = math.nan
+
+
+@dataclass
+class _Step:
+    c: cmd.StartPrefillStep
+    start_s: float
+    compute_s: float
+    last_layer_s: float
+    loads: int = 0
+    outs: int = 0
+    compute_done: bool = False
+
+
+@dataclass
+class _DecodeRun:
+    start_s: float = 0.0
+    step_s: float = 0.0
+    steps: int = 0
+    handle: list | None = None  # type: ignore[type-arg]
+    busy: bool = False
+
+
+@dataclass
+class SimOutcome:
+    agents: list[Agent]
+    requests: dict[int, RequestTimes]
+    end_s: float
+    events: int
+    topology: Topology
+    log: DecisionLog
+    core: ClusterCore
+    queue_samples: list[tuple[float, int, float]] = field(default_factory=list)  # (t, waiting, Mtokens)
+
+    def topology_links(self) -> dict[str, Link]:
+        return self.topology.links
+
+
+class Simulation:
+    def __init__(self, config: SimConfig, trajectories: Sequence[Sequence[Round]], *, seed: int) -> None:
+        c = config.cluster
+        self.config, self.cluster = config, c
+        self.sim = Simulator()
+        self.net = LinkNetwork(self.sim, high_priority_share=c.hardware.high_priority_share)
+        nodes = c.num_prefill_nodes + c.num_decode_nodes
+        self.topo = Topology(self.net, c.hardware, nodes, record=config.record_links)
+        g = c.hardware.gpus_per_node
+        self.cost = gpu_cost_model(c.model, c.hardware, decode_ep_size=c.num_decode_nodes * g)
+        self.kv_bytes = arch.kv_bytes_per_token(c.model)
+        ctx, app = _typical(trajectories)
+        rates = core_rates(c, self.cost, context_tokens=ctx, append_tokens=app)
+        self.mode = get_mode(config.mode)
+        self.log = DecisionLog()
+        self.core = ClusterCore(
+            CoreConfig(
+                num_prefill_nodes=c.num_prefill_nodes,
+                num_decode_nodes=c.num_decode_nodes,
+                engines_per_node=g,
+                mode=self.mode,
+                scheduler=c.scheduler,
+                kv_bytes_per_token=self.kv_bytes,
+                dram_buffer_bytes=c.hardware.dram_buffer_bytes,
+                de_hbm_kv_tokens=hbm_kv_tokens(c, role_gpus=c.num_decode_nodes * g),
+                pe_hbm_kv_tokens=hbm_kv_tokens(c, role_gpus=c.num_prefill_nodes * g),
+                read_tokens_per_s=rates.read_tokens_per_s,
+                alpha_tokens=rates.alpha_tokens,
+                beta_tokens=rates.beta_tokens,
+                read_path=config.read_path,
+            ),
+            attention_time_s=attention_predictor(self.cost, c.model.num_layers),
+            log=self.log,
+        )
+        self.rates = rates
+        self.agents = [Agent(i, t, 0.0) for i, t in enumerate(trajectories)]
+        self.times: dict[int, RequestTimes] = {}
+        self._next_id = 0
+        self._steps: dict[int, _Step] = {}
+        self._decode = {n: _DecodeRun() for n in self.core.de_nodes}
+        self._fetch_pending = False
+        self._agent_of: dict[int, Agent] = {}
+        self._samples: list[tuple[float, int, float]] = []
+        self._handlers: dict[type, Callable] = {  # type: ignore[type-arg]
+            cmd.StartRead: self._read,
+            cmd.StartPrefillStep: self._start_step,
+            cmd.StartH2D: self._h2d,
+            cmd.StartPersist: self._persist,
+            cmd.DecodeChanged: self._decode_changed,
+            cmd.TokenMilestone: self._milestone,
+            cmd.RequestDone: self._done,
+        }
+        self._arrivals(np.random.default_rng(seed))
+
+    # ---- the loop: every callback ends in _do(commands) -----------------------------------------
+    def run(self, progress: Callable[[Simulator], None] | None = None) -> SimOutcome:
+        if progress is not None:
+            self.sim.set_progress(progress, every_events=20_000)
+        if self.config.record_links:
+            self.sim.schedule(0.0, self._sample, priority=2)
+        self.sim.run(until_s=self.config.duration_s)
+        return SimOutcome(self.agents, self.times, self.sim.now_s, self.sim.events_processed, self.topo,
+                          self.log, self.core, self._samples)  # fmt: skip
+
+    def _sample(self) -> None:
+        reading = sum(r.read_q_tokens for r in self.core.readers.values()) / 1e6
+        self._samples.append((self.sim.now_s, self.core.scheduler.waiting, reading))
+        if any(math.isnan(a.end_s) for a in self.agents):
+            self.sim.schedule(SAMPLE_INTERVAL_S, self._sample, priority=2)
+
+    def _do(self, commands: list[cmd.Command]) -> None:
+        for c in commands:
+            self._handlers[type(c)](c)
+        if not self._fetch_pending and self.core.scheduler.waiting:
+            self._fetch_pending = True
+            self.sim.schedule(FETCH_INTERVAL_S, self._fetch, priority=1)
+
+    def _fetch(self) -> None:
+        self._fetch_pending = False
+        self._do(self.core.fetch(self.sim.now_s))
+
+    # ---- agents --------------------------------------------------------------------------------
+    def _arrivals(self, rng: np.random.Generator) -> None:
+        t = 0.0
+        for agent in self.agents:
+            if self.config.aps:
+                t += float(rng.exponential(1.0 / self.config.aps))
+            agent.start_s = t
+            self.sim.schedule_at(t, self._next_round, agent)
+
+    def _next_round(self, agent: Agent) -> None:
+        now = self.sim.now_s
+        request = agent.next_request(self._next_id, now, self.cluster.scheduler.block_tokens)
+        if request is None:
+            agent.end_s = now
+            return
+        self._next_id += 1
+        self.times[request.request_id] = RequestTimes(
+            agent.agent_id, request.round_index, request.prompt_tokens, request.hit_tokens, request.gen_tokens,
+            arrival_s=now)  # fmt: skip
+        self._agent_of[request.request_id] = agent
+        self._do(self.core.submit(request, now))
+
+    def _done(self, c: cmd.RequestDone) -> None:
+        r = c.request
+        t = self.times[r.request_id]
+        t.done_s = self.sim.now_s
+        t.pe_read_tokens, t.de_read_tokens = r.pe_read_tokens, r.de_read_tokens
+        self.sim.schedule(0.0, self._next_round, self._agent_of.pop(r.request_id))
+
+    def _milestone(self, c: cmd.TokenMilestone) -> None:
+        t = self.times[c.request.request_id]
+        if c.token_index == 1:
+            t.first_token_s = self.sim.now_s
+        elif c.token_index == 2:
+            t.second_token_s = self.sim.now_s
+        if c.token_index == c.request.gen_tokens:
+            t.last_token_s = self.sim.now_s
+
+    # ---- storage, H2D, persistence ---------------------------------------------------------------
+    def _read(self, c: cmd.StartRead) -> None:
+        self.net.start_flow(c.tokens * self.kv_bytes, self.topo.read(c.node_id), LOW, self._read_done,
+                            c.node_id, c.request.request_id)  # fmt: skip
+
+    def _read_done(self, node: int, request_id: int) -> None:
+        self._do(self.core.on_read_done(node, request_id, self.sim.now_s))
+
+    def _h2d(self, c: cmd.StartH2D) -> None:
+        self.net.start_flow(c.tokens * self.kv_bytes, self.topo.h2d(c.de_engine), LOW, self._h2d_done,
+                            c.request.request_id)  # fmt: skip
+
+    def _h2d_done(self, request_id: int) -> None:
+        self._do(self.core.on_h2d_done(request_id, self.sim.now_s))
+
+    def _persist(self, c: cmd.StartPersist) -> None:
+        size = c.tokens * self.kv_bytes
+        then = (self._persist_done, c.request.request_id, c.from_hbm)
+        if c.from_hbm:  # D2H through the CNIC first, then DRAM -> SNIC -> storage
+            self.net.start_flow(size, self.topo.d2h(c.de_engine), LOW, self.net.start_flow, size,
+                                self.topo.persist(c.de_engine), LOW, *then)  # fmt: skip
+        else:
+            self.net.start_flow(size, self.topo.persist(c.de_engine), LOW, *then)
+
+    def _persist_done(self, request_id: int, from_hbm: bool) -> None:
+        self._do(self.core.on_persist_done(request_id, from_hbm, self.sim.now_s))
+
+    # ---- prefill: one step event per node, flows per hop, pipeline in closed form ----------------
+    def _start_step(self, c: cmd.StartPrefillStep) -> None:
+        per_gpu = [[(i.cached_tokens, i.new_tokens) for i in batch] for batch in c.batches]
+        step = _Step(c, self.sim.now_s, self.cost.prefill_forward_time_s(per_gpu),
+                     self.cost.prefill_layer_time_s(per_gpu, self.cluster.model.num_layers - 1))  # fmt: skip
+        self._steps[c.node_id] = step
+        if self.mode.skip_io:
+            self.sim.schedule(step.compute_s, self._compute_done, step)
+            return
+        for size, path in self._hops(c, "load"):
+            step.loads += 1
+            self.net.start_flow(size, path, LOW, self._load_done, step)
+        if c.layerwise:
+            self._start_outs(step)
+        if not step.loads:
+            self._loads_finished(step)
+
+    def _hops(self, c: cmd.StartPrefillStep, kind: str) -> list[tuple[float, tuple]]:  # type: ignore[type-arg]
+        """One flow per (engine, source or destination) pair: bytes of all layers and requests."""
+        sizes: dict[tuple, float] = {}  # type: ignore[type-arg]
+        for batch in c.batches:
+            for it in batch:
+                de = it.request.de_engine
+                if kind == "load":
+                    if it.load_pe_tokens:
+                        key = self.topo.load_local(it.pe_engine)
+                        sizes[key] = sizes.get(key, 0.0) + it.load_pe_tokens * self.kv_bytes
+                    if it.load_de_tokens:
+                        key = self.topo.load_remote(de, it.pe_engine)
+                        sizes[key] = sizes.get(key, 0.0) + it.load_de_tokens * self.kv_bytes
+                elif it.out_tokens:
+                    key = self.topo.kv_out(it.pe_engine, de)
+                    sizes[key] = sizes.get(key, 0.0) + it.out_tokens * self.kv_bytes
+        return [(size, path) for path, size in sizes.items()]
+
+    def _start_outs(self, step: _Step) -> None:
+        for size, path in self._hops(step.c, "out"):
+            step.outs += 1
+            self.net.start_flow(size, path, LOW, self._out_done, step)
+
+    def _load_done(self, step: _Step) -> None:
+        step.loads -= 1
+        if not step.loads:
+            self._loads_finished(step)
+
+    def _loads_finished(self, step: _Step) -> None:
+        now = self.sim.now_s
+        if step.c.layerwise:
+            end = layerwise_end_s(start_s=step.start_s, load_done_s=now, layers=self.cluster.model.num_layers,
+                                  compute_s=step.compute_s, last_layer_s=step.last_layer_s)  # fmt: skip
+        else:
+            end = whole_kv_end_s(load_done_s=now, compute_s=step.compute_s)
+        self.sim.schedule_at(max(end, now), self._compute_done, step)
+
+    def _compute_done(self, step: _Step) -> None:
+        step.compute_done = True
+        c = step.c
+        if self.mode.skip_io or (c.layerwise and not step.outs):
+            self._step_finished(step)
+        elif not c.layerwise:  # basic: the GPU is free; KV goes out after the forward
+            self._do(self.core.on_prefill_step_done(c.node_id, c.step_id, self.sim.now_s))
+            self._start_outs(step)
+            if not step.outs:
+                self._do(self.core.on_kv_out_done(c.node_id, c.step_id, self.sim.now_s))
+
+    def _out_done(self, step: _Step) -> None:
+        step.outs -= 1
+        if step.outs or not step.compute_done:
+            return
+        if step.c.layerwise:
+            self._step_finished(step)
+        else:
+            self._do(self.core.on_kv_out_done(step.c.node_id, step.c.step_id, self.sim.now_s))
+
+    def _step_finished(self, step: _Step) -> None:
+        c, now = step.c, self.sim.now_s
+        self._do(self.core.on_prefill_step_done(c.node_id, c.step_id, now)
+                 + self.core.on_kv_out_done(c.node_id, c.step_id, now))  # fmt: skip
+
+    # ---- decode: runs of steps between tokens of interest ---------------------------------------
+    def _decode_changed(self, c: cmd.DecodeChanged) -> None:
+        run = self._decode[c.node_id]
+        if not run.busy:
+            self._decode_start(c.node_id)
+            return
+        # Joiners wait for the current step's boundary: cut the run there.
+        done = int((self.sim.now_s - run.start_s) / run.step_s) if run.step_s > 0 else 0
+        if done + 1 < run.steps:
+            self.sim.cancel(run.handle)  # type: ignore[arg-type]
+            run.steps = done + 1
+            run.handle = self.sim.schedule_at(
+                run.start_s + run.steps * run.step_s, self._decode_event, c.node_id
+            )
+
+    def _decode_start(self, node: int) -> None:
+        run = self._decode[node]
+        run.busy = self.core.decode_merge(node)
+        if not run.busy:
+            return
+        shape = self.core.decode_shape(node)
+        run.step_s = max(self.cost.decode_step_time_s(b, ctx) for b, ctx in shape)
+        run.steps = self.core.decode_steps_to_next_event(node)
+        run.start_s = self.sim.now_s
+        run.handle = self.sim.schedule(run.steps * run.step_s, self._decode_event, node)
+
+    def _decode_event(self, node: int) -> None:
+        run = self._decode[node]
+        commands = self.core.advance_decode(node, run.steps, self.sim.now_s)
+        run.busy = False
+        self._do([c for c in commands if not isinstance(c, cmd.DecodeChanged)])
+        if not run.busy:
+            self._decode_start(node)
+
+
+def _typical(trajectories: Sequence[Sequence[Round]]) -> tuple[int, int]:
+    """Mean per-round context and append of the workload (for β)."""
+    contexts, appends = [], []
+    for t in trajectories:
+        ctx = 0
+        for append, gen in t:
+            ctx += append
+            contexts.append(ctx)
+            appends.append(append)
+            ctx += gen
+    return int(np.mean(contexts)), max(1, int(np.median(appends)))

@@ -1,0 +1,92 @@
+"""The simulated cluster's links and the hops each KV movement crosses (paper §3, Fig. 4).
+
+Per node n: `n/snic_rx`, `n/snic_tx` (storage NIC), `n/dram` (half-duplex: reads and writes share
+it, §4.2), and per GPU i: `n/cnic{i}_read` (bytes the CNIC pulls over PCIe: everything it sends, to the
+wire or in loopback), `n/cnic{i}_write` (bytes it pushes over PCIe), `n/gpu{i}_down` / `n/gpu{i}_up`
+(the GPU's PCIe link into / out of HBM). One `storage` link is the 3FS aggregate. Counting a CNIC by its
+PCIe read and write sides is exactly the §4.2 accounting (loopback H2D/D2H never reaches the switch).
+
+    read            storage -> n/snic_rx -> n/dram                              (Fig. 4 steps 1-2)
+    load, PE path   p/dram -> p/cnic_read -> p/cnic_write -> p/gpu_down        (4a steps 3-4, loopback)
+    load, DE path   d/dram -> d/cnic_read => p/cnic_write -> p/gpu_down        (4b steps 3-5)
+    KV out          p/gpu_up -> p/cnic_read => d/cnic_write -> d/dram           (4a steps 5-7)
+    H2D on the DE   d/dram -> d/cnic_read -> d/cnic_write -> d/gpu_down        (4a 8-9, 4b 6-7)
+    D2H on the DE   d/gpu_up -> d/cnic_read -> d/cnic_write -> d/dram          (§4.1 persistence)
+    persist         d/dram -> d/snic_tx -> storage
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dualpath.config.specs import HardwareSpec
+from dualpath.sim.links import Link, LinkNetwork
+
+
+@dataclass(frozen=True)
+class NodeLinks:
+    snic_rx: Link
+    snic_tx: Link
+    dram: Link
+    cnic_read: tuple[Link, ...]
+    cnic_write: tuple[Link, ...]
+    gpu_down: tuple[Link, ...]
+    gpu_up: tuple[Link, ...]
+
+
+class Topology:
+    def __init__(self, net: LinkNetwork, hw: HardwareSpec, num_nodes: int, *, record: bool) -> None:
+        g = hw.gpus_per_node
+        self.g = g
+        self.links = net.links
+        self.storage = net.add_link("storage", hw.storage_bytes_per_s, record=record)
+        self.nodes: list[NodeLinks] = []
+        for n in range(num_nodes):
+
+            def add(name: str, bw: float, n: int = n) -> Link:
+                return net.add_link(f"node{n}/{name}", bw, record=record)
+
+            self.nodes.append(
+                NodeLinks(
+                    snic_rx=add("snic_rx", hw.snic_bytes_per_s),
+                    snic_tx=add("snic_tx", hw.snic_bytes_per_s),
+                    dram=add("dram", hw.dram_bytes_per_s),
+                    cnic_read=tuple(add(f"cnic{i}_read", hw.cnic_bytes_per_s) for i in range(g)),
+                    cnic_write=tuple(add(f"cnic{i}_write", hw.cnic_bytes_per_s) for i in range(g)),
+                    gpu_down=tuple(add(f"gpu{i}_down", hw.pcie_bytes_per_s) for i in range(g)),
+                    gpu_up=tuple(add(f"gpu{i}_up", hw.pcie_bytes_per_s) for i in range(g)),
+                )
+            )
+
+    def _at(self, engine: int) -> tuple[NodeLinks, int]:
+        return self.nodes[engine // self.g], engine % self.g
+
+    def read(self, node: int) -> tuple[Link, ...]:
+        n = self.nodes[node]
+        return (self.storage, n.snic_rx, n.dram)
+
+    def load_local(self, pe: int) -> tuple[Link, ...]:
+        n, i = self._at(pe)
+        return (n.dram, n.cnic_read[i], n.cnic_write[i], n.gpu_down[i])
+
+    def load_remote(self, de: int, pe: int) -> tuple[Link, ...]:
+        d, j = self._at(de)
+        p, i = self._at(pe)
+        return (d.dram, d.cnic_read[j], p.cnic_write[i], p.gpu_down[i])
+
+    def kv_out(self, pe: int, de: int) -> tuple[Link, ...]:
+        p, i = self._at(pe)
+        d, j = self._at(de)
+        return (p.gpu_up[i], p.cnic_read[i], d.cnic_write[j], d.dram)
+
+    def h2d(self, de: int) -> tuple[Link, ...]:
+        d, j = self._at(de)
+        return (d.dram, d.cnic_read[j], d.cnic_write[j], d.gpu_down[j])
+
+    def d2h(self, de: int) -> tuple[Link, ...]:
+        d, j = self._at(de)
+        return (d.gpu_up[j], d.cnic_read[j], d.cnic_write[j], d.dram)
+
+    def persist(self, de: int) -> tuple[Link, ...]:
+        d, _ = self._at(de)
+        return (d.dram, d.snic_tx, self.storage)
