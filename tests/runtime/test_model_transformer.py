@@ -7,6 +7,8 @@ import dataclasses
 import pytest
 import torch
 import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dualpath.config.loader import load_model
 from dualpath.config.specs import AttentionSpec, FfnSpec, ModelSpec
@@ -182,3 +184,31 @@ def test_prefill_rejects_out_of_vocab_ids_and_overlong_context() -> None:
         model.prefill([1, 259])
     with pytest.raises(ValueError, match="max_position_tokens"):
         model.prefill(make_ids(33))
+
+
+@settings(max_examples=8, deadline=None)
+@given(
+    total=st.integers(2, 400),
+    cuts=st.lists(st.floats(0.0, 1.0), min_size=1, max_size=3),
+    decode_lengths=st.lists(st.floats(0.0, 1.0), min_size=1, max_size=6),
+)
+def test_any_chunking_and_any_decode_batch_reproduce_the_one_shot_bits(
+    total: int, cuts: list[float], decode_lengths: list[float]
+) -> None:
+    """The runtime's oracle property: however the KV of a token was computed, it is the same bits."""
+    model = Transformer.random(make_config(qkv_bias=True), seed=4)
+    ids = make_ids(total, seed=total)
+    one_shot = model.prefill(ids, all_logits=True)
+    bounds = sorted({0, total, *(min(total - 1, max(1, int(c * total))) for c in cuts)})
+    kv: list[torch.Tensor] | None = None
+    for lo, hi in zip(bounds, bounds[1:], strict=False):
+        part = model.prefill(ids[lo:hi], kv, all_logits=True)
+        assert torch.equal(part.logits, one_shot.logits[lo:hi])
+        kv = list(part.kv) if kv is None else [torch.cat(pair) for pair in zip(kv, part.kv, strict=True)]
+    assert kv is not None and all(torch.equal(a, b) for a, b in zip(kv, one_shot.kv, strict=True))
+    lengths = [min(total - 1, max(1, int(f * total))) for f in decode_lengths]
+    step = model.decode_step(
+        [ids[n] for n in lengths], [[layer[:n] for layer in one_shot.kv] for n in lengths]
+    )
+    for index, n in enumerate(lengths):
+        assert torch.equal(step.logits[index], one_shot.logits[n])

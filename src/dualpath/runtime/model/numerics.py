@@ -15,10 +15,10 @@ depend only on its own inputs:
     rms_norm   x / sqrt(mean(x^2) + eps): sqrt and division are correctly rounded everywhere, unlike
                rsqrt, whose vector and scalar-tail paths differ in the last bit
     silu       x / (1 + exp(-x)) for the same reason (torch's sigmoid has a different scalar tail)
-    attention  keys in fixed tiles of KEY_TILE_TOKENS; each tile is one GEMM of a fixed shape; tiles are
-               summed one after another in key order, so masked (future or padding) keys add exact
-               zeros; the softmax denominator rides along as a column of ones in V (same GEMM, same
-               order) instead of a separate reduction whose grouping depends on row length
+    attention  keys in fixed tiles of KEY_TILE_TOKENS; each tile is one GEMM of a fixed shape and one
+               softmax-denominator sum over a fixed-length row; tiles are summed one after another in
+               key order, so masked (future or padding) keys add exact zeros. A plain softmax would
+               instead reduce over a row whose length, and so grouping, depends on the context
 
 With these, prefill in one shot, prefill in chunks over a cached prefix, and token-by-token decode
 batched with any other sequences produce bit-identical KV and logits on CPU in float32. On CUDA the
@@ -84,57 +84,80 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return x * cos[:, None, :] + rotated * sin[:, None, :]
 
 
-def attend(
-    q: torch.Tensor,
-    keys: torch.Tensor,
-    values: torch.Tensor,
-    positions: torch.Tensor,
-) -> torch.Tensor:
-    """Causal GQA attention of new queries over a sequence's keys, batch-invariant (see module NOTE).
+def tiled_kv(parts: list[torch.Tensor]) -> torch.Tensor:
+    """Concatenate KV rows (`[tokens, row]` each) into one buffer padded with zero rows to whole tiles.
 
-    q: `[n, heads, head_dim]`, already rotated; keys/values: `[tokens, kv_heads, head_dim]` for token
-    positions 0..tokens-1 (cached prefix then the new tokens); positions: `[n]` absolute positions of the
-    queries. A query at position p sees keys 0..p. Returns `[n, heads * head_dim]`.
+    One copy serves both the concatenation and the padding; the zero rows keep masked products exact
+    (0 x finite = 0), which uninitialised memory would not.
+    """
+    num_tokens = sum(part.shape[0] for part in parts)
+    num_rows = -(-num_tokens // KEY_TILE_TOKENS) * KEY_TILE_TOKENS
+    out = torch.empty((num_rows, parts[-1].shape[1]), dtype=parts[-1].dtype, device=parts[-1].device)
+    offset = 0
+    for part in parts:
+        out[offset : offset + part.shape[0]] = part
+        offset += part.shape[0]
+    out[offset:] = 0
+    return out
+
+
+def attend(q: torch.Tensor, kv: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """Causal GQA attention of new queries over a sequence's KV, batch-invariant (see module NOTE).
+
+    q: `[n, heads, head_dim]`, already rotated; kv: `tiled_kv` rows `[K(kv_heads x head_dim) | V(...)]`
+    of positions 0.. (cached prefix, then the new tokens, then zero padding); positions: `[n]` absolute
+    positions of the queries. A query at position p sees keys 0..p. Returns `[n, heads * head_dim]`.
     """
     n, num_heads, head_dim = q.shape
-    num_tokens, num_kv_heads, _ = keys.shape
+    num_kv_heads = kv.shape[1] // (2 * head_dim)
     group = num_heads // num_kv_heads
-    num_tiles = -(-num_tokens // KEY_TILE_TOKENS)
-    key_tiles = pad_rows(keys, KEY_TILE_TOKENS).view(num_tiles, KEY_TILE_TOKENS, num_kv_heads, head_dim)
-    value_tiles = pad_rows(values, KEY_TILE_TOKENS).view(num_tiles, KEY_TILE_TOKENS, num_kv_heads, head_dim)
-    ones = value_tiles.new_ones((num_tiles, KEY_TILE_TOKENS, num_kv_heads, 1))
-    key_tiles = key_tiles.permute(2, 0, 3, 1)  # [kv_heads, tiles, head_dim, tile]
-    value_tiles = torch.cat([value_tiles, ones], dim=-1).permute(2, 0, 1, 3)  # [kv_heads, tiles, tile, d+1]
+    # [tiles, tile, K|V, kv_heads, head_dim]: per head, K and V tiles are strided views (no copy).
+    kv_tiles = kv.view(-1, KEY_TILE_TOKENS, 2, num_kv_heads, head_dim)
     # Rows ordered (query, group member) inside each kv head, so a chunk of rows is a run of queries;
     # q is scaled first (exact per element, the same for every path).
     rows = (q * head_dim**-0.5).view(n, num_kv_heads, group, head_dim).permute(1, 0, 2, 3)
     rows = rows.reshape(num_kv_heads, n * group, head_dim)
     row_positions = positions.repeat_interleave(group)
-    key_index = torch.arange(num_tiles * KEY_TILE_TOKENS, device=q.device).view(num_tiles, KEY_TILE_TOKENS)
     outputs = []
     for start in range(0, n * group, QUERY_CHUNK_ROWS):
-        chunk = rows[:, start : start + QUERY_CHUNK_ROWS].transpose(0, 1)
         chunk_positions = row_positions[start : start + QUERY_CHUNK_ROWS]
-        # Tiles wholly after the chunk's last query are all masked: they would add exact zeros, so skip them.
-        tiles = int(chunk_positions.max()) // KEY_TILE_TOKENS + 1
-        masked = key_index[None, :tiles, :] > chunk_positions[:, None, None]  # [m, tiles, tile]
-        out = _attend_rows(
-            pad_rows(chunk).transpose(0, 1), key_tiles[:, :tiles], value_tiles[:, :tiles], pad_rows(masked)
+        first_pos, last_pos = int(chunk_positions.min()), int(chunk_positions.max())
+        # Tiles wholly after the chunk's last query are all masked: they would add exact zeros, so skip
+        # them; tiles wholly before its first query need no mask.
+        tiles = last_pos // KEY_TILE_TOKENS + 1
+        first_masked_tile = first_pos // KEY_TILE_TOKENS
+        key_index = torch.arange(
+            first_masked_tile * KEY_TILE_TOKENS, tiles * KEY_TILE_TOKENS, device=q.device
         )
-        outputs.append(out[:, : chunk.shape[0]])
+        masked = key_index.view(-1, KEY_TILE_TOKENS)[:, None, :] > pad_rows(chunk_positions)[None, :, None]
+        heads = [
+            _attend_rows(
+                pad_rows(rows[head, start : start + QUERY_CHUNK_ROWS]),
+                kv_tiles[:tiles, :, 0, head],
+                kv_tiles[:tiles, :, 1, head],
+                masked,
+                first_masked_tile,
+            )[: chunk_positions.shape[0]]
+            for head in range(num_kv_heads)
+        ]
+        outputs.append(torch.stack(heads))
     out = torch.cat(outputs, dim=1).view(num_kv_heads, n, group, head_dim)
     return out.permute(1, 0, 2, 3).reshape(n, num_heads * head_dim)
 
 
 def _attend_rows(
-    rows: torch.Tensor, key_tiles: torch.Tensor, value_tiles: torch.Tensor, masked: torch.Tensor
+    rows: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, masked: torch.Tensor, first_masked_tile: int
 ) -> torch.Tensor:
-    """rows `[kv_heads, m, d]`, masked `[m, tiles, tile]` -> `[kv_heads, m, d]` (m a multiple of 8)."""
-    scores = torch.matmul(rows[:, None], key_tiles)  # [kv_heads, tiles, m, tile], one GEMM shape per tile
-    scores = scores.masked_fill(masked.transpose(0, 1)[None], float("-inf"))
-    row_max = scores.amax(dim=(1, 3), keepdim=True)  # max is exact in any order
-    weighted = torch.matmul(torch.exp(scores - row_max), value_tiles)  # [kv_heads, tiles, m, d+1]
-    total = weighted[:, 0]
-    for tile in range(1, weighted.shape[1]):
-        total = total + weighted[:, tile]  # in key order: masked tiles add exact zeros
-    return total[..., :-1] / total[..., -1:]
+    """One kv head. rows `[m, d]` (m a multiple of 8); keys/values `[tiles, tile, d]`;
+    masked `[tiles - first_masked_tile, m, tile]` -> `[m, d]`."""
+    scores = torch.matmul(rows, keys.transpose(1, 2))  # [tiles, m, tile]: one GEMM shape per tile
+    scores[first_masked_tile:].masked_fill_(masked, float("-inf"))
+    row_max = scores.amax(dim=(0, 2), keepdim=True)  # max is exact in any order
+    weights = scores.sub_(row_max).exp_()
+    numerators = torch.matmul(weights, values)  # [tiles, m, d]
+    denominators = weights.sum(dim=-1, keepdim=True)  # [tiles, m, 1]: fixed-length rows, fixed order
+    numerator, denominator = numerators[0], denominators[0]
+    for tile in range(1, numerators.shape[0]):  # in key order: masked tiles add exact zeros
+        numerator = numerator + numerators[tile]
+        denominator = denominator + denominators[tile]
+    return numerator / denominator

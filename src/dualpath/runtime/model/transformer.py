@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING
 import torch
 
 from dualpath.runtime.model.config import TransformerConfig
-from dualpath.runtime.model.kv_layout import LayerKV, pack_kv, unpack_kv
-from dualpath.runtime.model.numerics import apply_rope, attend, linear, rms_norm, rope_tables, silu
+from dualpath.runtime.model.kv_layout import LayerKV, pack_kv
+from dualpath.runtime.model.numerics import apply_rope, attend, linear, rms_norm, rope_tables, silu, tiled_kv
 from dualpath.runtime.model.weights import LayerWeights, ModelWeights, check_weights, random_weights
 
 if TYPE_CHECKING:
@@ -93,9 +93,8 @@ class Transformer:
         cached_tokens = 0 if cached_kv is None else cached_kv.shape[0]
         self._check_positions(positions, hidden.shape[0], cached_tokens)
         q, new_kv = self._project(weights, hidden, positions)
-        all_kv = new_kv if cached_kv is None else torch.cat([cached_kv.to(new_kv.device), new_kv])
-        keys, values = unpack_kv(all_kv, self.config)
-        return self._finish(weights, hidden, attend(q, keys, values, positions)), new_kv
+        kv = tiled_kv([new_kv] if cached_kv is None else [cached_kv, new_kv])
+        return self._finish(weights, hidden, attend(q, kv, positions)), new_kv
 
     @torch.inference_mode()
     def final(self, hidden: torch.Tensor) -> torch.Tensor:
@@ -149,9 +148,8 @@ class Transformer:
             q, layer_kv = self._project(weights, hidden, positions)
             outputs = []
             for index, context in enumerate(contexts):
-                kv = torch.cat([context[layer].to(layer_kv.device), layer_kv[index : index + 1]])
-                keys, values = unpack_kv(kv, self.config)
-                outputs.append(attend(q[index : index + 1], keys, values, positions[index : index + 1]))
+                kv = tiled_kv([context[layer], layer_kv[index : index + 1]])
+                outputs.append(attend(q[index : index + 1], kv, positions[index : index + 1]))
             hidden = self._finish(weights, hidden, torch.cat(outputs))
             new_kv.append(layer_kv)
         return DecodeOutput(logits=self.final(hidden), kv=tuple(new_kv))
