@@ -52,6 +52,8 @@ class CompletionBackend(Protocol):
 
     def is_ready(self) -> bool: ...
 
+    def health_info(self) -> dict[str, Any]: ...
+
     def metrics_text(self) -> bytes: ...
 
     def generate(self, request: CompletionRequest) -> AsyncIterator[TokenChunk]: ...
@@ -179,7 +181,8 @@ def build_app(backend: CompletionBackend) -> FastAPI:
     @app.get("/health")
     async def health() -> JSONResponse:
         ready = backend.is_ready()
-        return JSONResponse({"status": "ok" if ready else "starting"}, status_code=200 if ready else 503)
+        body = {"status": "ok" if ready else "starting", **(backend.health_info() if ready else {})}
+        return JSONResponse(body, status_code=200 if ready else 503)
 
     @app.get("/metrics")
     async def metrics() -> PlainTextResponse:

@@ -52,6 +52,7 @@ def unlink_shared_memory(namespace: str) -> list[str]:
 
 
 def wait_healthy(url: str, timeout_s: float, process: subprocess.Popen[bytes] | None = None) -> dict:
+    """The /health body once it says ok; raises if the server died or stayed unhealthy."""
     deadline = time.monotonic() + timeout_s
     last = "no answer"
     while time.monotonic() < deadline:
@@ -62,7 +63,7 @@ def wait_healthy(url: str, timeout_s: float, process: subprocess.Popen[bytes] | 
             if response.status_code == 200:
                 return dict(response.json())
             last = response.text
-        except httpx.HTTPError as error:
+        except httpx.TransportError as error:
             last = str(error)
         time.sleep(0.2)
     raise RuntimeError(f"the server at {url} was not healthy after {timeout_s:.0f} s: {last}")

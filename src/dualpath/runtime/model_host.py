@@ -17,9 +17,7 @@ def build_model(name: str, *, device: str, seed: int) -> Transformer:
     from dualpath.config.loader import load_model
 
     spec = load_model(name)
-    config: TransformerConfig = config_from_model_spec(
-        spec, device=device, tie_word_embeddings=getattr(spec, "tied_embeddings", False)
-    )
+    config: TransformerConfig = config_from_model_spec(spec, device=device)
     return Transformer.random(config, seed=seed)
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -321,8 +321,22 @@ async def control_loop(scheduler: ClusterScheduler, router: zmq.asyncio.Socket) 
                 await router.send_multipart([name.encode(), encode(reply)])
 
 
+async def _watch(server: Any, check: Callable[[], str | None]) -> None:
+    """Stop serving when `check` names a reason (e.g. a node process died)."""
+    while (reason := check()) is None:
+        await asyncio.sleep(0.5)
+    print(f"dualpath serve: stopping: {reason}", flush=True)
+    server.should_exit = True
+
+
 async def serve_scheduler(
-    scheduler: ClusterScheduler, *, http_host: str, http_port: int, control_address: str, on_bound: Any = None
+    scheduler: ClusterScheduler,
+    *,
+    http_host: str,
+    http_port: int,
+    control_address: str,
+    on_bound: Callable[[str], None] | None = None,
+    check: Callable[[], str | None] = lambda: None,
 ) -> None:
     """Run the control plane and the HTTP API until uvicorn is asked to stop (SIGINT/SIGTERM)."""
     import uvicorn
@@ -340,12 +354,13 @@ async def serve_scheduler(
     server = uvicorn.Server(
         uvicorn.Config(app, host=http_host, port=http_port, log_level="warning", lifespan="off")
     )
-    loop_task = asyncio.create_task(control_loop(scheduler, router))
+    tasks = [asyncio.create_task(control_loop(scheduler, router)), asyncio.create_task(_watch(server, check))]
     try:
         await server.serve()
     finally:
-        loop_task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await loop_task
+        for task in tasks:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
         router.close()
         context.term()

@@ -96,6 +96,7 @@ def serve(
                     http_port=port,
                     control_address=f"tcp://{'0.0.0.0' if not spawn_nodes else '127.0.0.1'}:{control_port}",
                     on_bound=start_nodes,
+                    check=lambda: _dead_child(children),
                 )
             )
         except KeyboardInterrupt:
@@ -109,3 +110,10 @@ def serve(
 
 def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
+
+
+def _dead_child(children: list[subprocess.Popen[bytes]]) -> str | None:
+    for child in children:
+        if child.poll() is not None:
+            return f"node process {child.pid} exited with status {child.returncode}"
+    return None

@@ -1,0 +1,123 @@
+"""`dualpath bench`: build agent plans from a dataset, replay them against a server, summarise.
+
+Long contexts are scaled down for the tiny model: every append and generated count is multiplied by
+`context_scale` (default 1/32, so the 64K dataset's ≈33K-token contexts become ≈1K tokens) and rounded, min
+1 token. `max_rounds` keeps each trajectory's first rounds only, so a replay fits in minutes on a laptop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import numpy as np
+
+from dualpath.runtime.launcher import wait_healthy
+from dualpath.runtime.loadgen import (
+    AgentPlan,
+    BenchResult,
+    poisson_starts,
+    run_bench,
+    scale_tokens,
+    summarise,
+)
+from dualpath.runtime.prom import parse_snic_bytes
+
+DEFAULT_CONTEXT_SCALE = 1 / 32  # 64K-dataset contexts (≈33K tokens, paper Table 2) -> ≈1K for tiny-llama
+
+
+@dataclass(frozen=True, kw_only=True)
+class BenchOptions:
+    dataset: str = "64k"
+    agents: int = 8
+    aps: float | None = None  # None: offline (all agents at once)
+    context_scale: float = DEFAULT_CONTEXT_SCALE
+    max_rounds: int | None = None
+    seed: int = 0
+
+
+def load_trajectories(dataset: str, agents: int, seed: int) -> tuple:
+    """Trajectories for `agents` agents (A.3 replay) from a Table 2 profile name or a dataset file."""
+    from dualpath.workload.generator import generate_dataset
+    from dualpath.workload.trajectory import replay_trajectories
+
+    if Path(dataset).is_file():
+        from dualpath import workload
+
+        loader = getattr(workload, "load_dataset", None)
+        if loader is None:
+            raise ValueError(
+                "reading a dataset file needs dualpath.workload.load_dataset, which is not available"
+            )
+        base = tuple(loader(dataset))
+    else:
+        base = generate_dataset(dataset, seed=seed, num_trajectories=max(1, agents))
+    return replay_trajectories(base, agents, np.random.default_rng(seed))
+
+
+def make_plans(options: BenchOptions) -> list[AgentPlan]:
+    trajectories = load_trajectories(options.dataset, options.agents, options.seed)
+    starts = poisson_starts(len(trajectories), options.aps, np.random.default_rng([options.seed, 1]))
+    plans = []
+    for agent, (trajectory, start) in enumerate(zip(trajectories, starts, strict=True)):
+        rounds = trajectory.rounds[: options.max_rounds] if options.max_rounds else trajectory.rounds
+        scaled = tuple(
+            (
+                scale_tokens(r.append_tokens, options.context_scale),
+                scale_tokens(r.generated_tokens, options.context_scale),
+            )
+            for r in rounds
+        )
+        plans.append(AgentPlan(agent_id=agent, rounds=scaled, start_s=start))
+    return plans
+
+
+def snic_bytes(url: str) -> dict[str, dict[str, float]]:
+    return parse_snic_bytes(httpx.get(f"{url}/metrics", timeout=10).text)
+
+
+def run(url: str, options: BenchOptions, *, progress: bool = True) -> tuple[dict[str, object], BenchResult]:
+    """Replay and summarise; SNIC bytes per node are the /metrics difference over the run."""
+    health = wait_healthy(url, timeout_s=120.0)
+    plans = make_plans(options)
+    before = snic_bytes(url)
+    result = asyncio.run(
+        run_bench(
+            url, plans, vocab_size=int(health.get("vocab_size", 256)), seed=options.seed, progress=progress
+        )
+    )
+    after = snic_bytes(url)
+    summary = summarise(result)
+    summary["snic_bytes"] = {
+        node: {d: after[node].get(d, 0.0) - before.get(node, {}).get(d, 0.0) for d in ("rx", "tx")}
+        for node in after
+    }
+    summary["mode"] = health.get("mode")
+    summary["read_sides"] = _count_sides(result)
+    return summary, result
+
+
+def _count_sides(result: BenchResult) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for record in result.rounds:
+        side = str(record.info.get("read_side", "none"))
+        counts[side] = counts.get(side, 0) + 1
+    return dict(sorted(counts.items()))
+
+
+def format_summary(summary: dict) -> str:
+    lines = [
+        f"mode {summary.get('mode')}: {summary['agents']} agents, {summary['requests']} requests in {summary['wall_s']:.2f} s",
+        f"  JCT (all agents) {summary['jct_s']:.2f} s   agent JCT p50 {summary['agent_jct_s']['p50']:.2f} s",
+        f"  tokens/s {summary['tokens_per_s']:.1f}   read sides {summary['read_sides']}",
+    ]
+    for name in ("ttft_s", "ttst_s", "tpot_s"):
+        p = summary[name]
+        lines.append(
+            f"  {name[:-2].upper():5s} mean {p['mean'] * 1e3:8.1f} ms  p50 {p['p50'] * 1e3:8.1f}  p90 {p['p90'] * 1e3:8.1f}  p99 {p['p99'] * 1e3:8.1f}"
+        )
+    for node, d in summary["snic_bytes"].items():
+        lines.append(f"  SNIC {node}: read {d['rx'] / 1e6:8.2f} MB   written {d['tx'] / 1e6:8.2f} MB")
+    return "\n".join(lines)
