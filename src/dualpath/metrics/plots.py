@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
+from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
@@ -45,18 +46,18 @@ def plot_cdf(
     return _save(figure, axes, path, title, legend=len(samples) > 0)
 
 
-def _figure() -> tuple[Figure, object]:
+def _figure() -> tuple[Figure, Axes]:
     figure = Figure(figsize=(7, 4), dpi=100)
     FigureCanvasAgg(figure)
     return figure, figure.add_subplot()
 
 
-def _save(figure: Figure, axes: object, path: str | Path, title: str, *, legend: bool) -> Path:
+def _save(figure: Figure, axes: Axes, path: str | Path, title: str, *, legend: bool) -> Path:
     path = Path(path)
-    axes.set_title(title)  # type: ignore[attr-defined]
-    axes.grid(alpha=0.3)  # type: ignore[attr-defined]
+    axes.set_title(title)
+    axes.grid(alpha=0.3)
     if legend:
-        axes.legend()  # type: ignore[attr-defined]
+        axes.legend()
     figure.tight_layout()
     figure.savefig(path, format="png")
     return path

@@ -120,7 +120,7 @@ class RunSummary:
 
     def to_dict(self) -> dict[str, Any]:
         """NaN (unknown) becomes ``None`` so the dict is strict JSON."""
-        return _json_safe(
+        result: dict[str, Any] = _json_safe(
             {
                 "jct_s": self.jct_s,
                 "requests": self.requests,
@@ -132,6 +132,7 @@ class RunSummary:
                 "throughput_tok_s": self.throughput_tok_s,
             }
         )
+        return result
 
 
 def _json_safe(value: Any) -> Any:

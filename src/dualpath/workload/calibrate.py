@@ -11,6 +11,7 @@ seed each time (common random numbers), so the objective is smooth enough to con
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -40,7 +41,7 @@ def _log_means(profile: DatasetProfile, sample_size: int, seed: int) -> npt.NDAr
 
 
 def _with(profile: DatasetProfile, log_params: npt.NDArray[np.float64]) -> DatasetProfile:
-    values = {name: float(np.exp(v)) for name, v in zip(FREE, log_params, strict=True)}
+    values: dict[str, Any] = {name: float(np.exp(v)) for name, v in zip(FREE, log_params, strict=True)}
     return dataclasses.replace(profile, **values)
 
 

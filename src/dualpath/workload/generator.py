@@ -187,8 +187,8 @@ def sample_round_arrays(
     if columns:
         appends[:, 0] = first.astype(np.int64)
     shape = profile.generated_gamma_shape
-    gens = rng.gamma(shape, profile.generated_mean_tokens / shape, size=(n, columns))
-    gens = np.maximum(np.rint(gens), 1).astype(np.int64)
+    gamma = rng.gamma(shape, profile.generated_mean_tokens / shape, size=(n, columns))
+    gens = np.maximum(np.rint(gamma), 1).astype(np.int64)
     return _truncate(appends, gens, budget, profile.max_len_tokens)
 
 

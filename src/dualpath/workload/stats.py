@@ -34,7 +34,6 @@ def trajectory_stats(trajectories: Sequence[Trajectory]) -> dict[str, Any]:
     contexts = [t.context_tokens_array for t in trajectories]
     hits = sum(int(t.hit_tokens_array.sum()) for t in trajectories)
     prompt = sum(int(c.sum()) for c in contexts)
-    pooled = lambda arrays: np.concatenate(arrays) if arrays else np.zeros(0)  # noqa: E731
     return {
         "kind": "trajectories",
         "trajectories": len(trajectories),
@@ -42,14 +41,18 @@ def trajectory_stats(trajectories: Sequence[Trajectory]) -> dict[str, Any]:
         "rounds_per_trajectory": distribution(rounds),
         "append_tokens": distribution([a.mean() for a in appends]),
         "generated_tokens": distribution([g.mean() for g in gens]),
-        "context_tokens": distribution(pooled(contexts)),
+        "context_tokens": distribution(_pooled(contexts)),
         "total_tokens": distribution([t.total_tokens for t in trajectories]),
         "first_append_tokens": distribution([a[0] for a in appends]),
-        "round_append_tokens": distribution(pooled(appends)),
-        "round_generated_tokens": distribution(pooled(gens)),
+        "round_append_tokens": distribution(_pooled(appends)),
+        "round_generated_tokens": distribution(_pooled(gens)),
         "synthetic_first_rounds": sum(t.first_round_synthetic for t in trajectories),
         "prefix_hit_ratio": hits / prompt if prompt else 0.0,
     }
+
+
+def _pooled(arrays: list[npt.NDArray[np.int64]]) -> npt.NDArray[np.int64]:
+    return np.concatenate(arrays) if arrays else np.zeros(0, dtype=np.int64)
 
 
 def request_stats(trace: RequestTrace) -> dict[str, Any]:
