@@ -26,12 +26,14 @@ count as fixed background load), trading exact max-min for speed on very large c
 from __future__ import annotations
 
 import bisect
+import heapq
 import math
 from collections.abc import Callable, Sequence
 from enum import IntEnum
 from typing import Any
 
 from dualpath.sim.kernel import EventHandle, Simulator
+from dualpath.sim.links_fill import SAT_RTOL, FlowGroup, fill, find_violations, fixed_residual
 
 # Runs after every ordinary event of the same instant (kernel priorities are small integers).
 RATE_UPDATE_PRIORITY = 1 << 30
@@ -53,7 +55,8 @@ class Link:
         "name",
         "capacity_bytes_per_s",
         "latency_s",
-        "flows",
+        "num_flows",
+        "groups",
         "rate_high",
         "rate_low",
         "_last_s",
@@ -72,7 +75,8 @@ class Link:
         self.name = name
         self.capacity_bytes_per_s = float(capacity_bytes_per_s)
         self.latency_s = float(latency_s)
-        self.flows: dict[Flow, None] = {}  # active flows, insertion-ordered (deterministic iteration)
+        self.num_flows = 0  # active flows now
+        self.groups: dict[FlowGroup, None] = {}  # flow groups crossing it, insertion-ordered
         self.rate_high = 0.0
         self.rate_low = 0.0
         self._last_s = 0.0
@@ -81,15 +85,16 @@ class Link:
         self._record: list[tuple[float, float]] | None = [(0.0, 0.0)] if record else None
 
     def __repr__(self) -> str:
-        return f"Link({self.name!r}, {self.capacity_bytes_per_s:.4g} B/s, {len(self.flows)} flows)"
+        return f"Link({self.name!r}, {self.capacity_bytes_per_s:.4g} B/s, {self.num_flows} flows)"
 
     @property
     def rate_bytes_per_s(self) -> float:
         return self.rate_high + self.rate_low
 
     @property
-    def num_flows(self) -> int:
-        return len(self.flows)
+    def flows(self) -> tuple[Flow, ...]:
+        """Active flows on this link (inspection only: O(flows))."""
+        return tuple(entry[2] for g in self.groups for entry in sorted(g.heap, key=_seq) if entry[2].active)
 
     def bytes_carried(self, now_s: float) -> float:
         """Bytes that crossed this link from time 0 to `now_s` (>= the last rate change)."""
@@ -107,22 +112,30 @@ class Link:
             raise ValueError(f"link {self.name!r} was created without record=True")
         return list(self._record)
 
-    def _settle(self, now_s: float) -> None:
+    def _add_rate(self, now_s: float, high: bool, delta: float) -> None:
+        """Settle the bytes so far, then change the class's aggregate rate by `delta`."""
         dt = now_s - self._last_s
         if dt > 0.0:
             self._bytes_high += self.rate_high * dt
             self._bytes_low += self.rate_low * dt
         self._last_s = now_s
-
-    def _note_rate(self, now_s: float) -> None:
+        if self.num_flows == 0:
+            self.rate_high = self.rate_low = 0.0  # exact zero, no float residue
+        elif high:
+            self.rate_high += delta
+        else:
+            self.rate_low += delta
         record = self._record
-        if record is None:
-            return
-        rate = self.rate_high + self.rate_low
-        if record[-1][0] == now_s:
-            record.pop()
-        if not record or record[-1][1] != rate:
-            record.append((now_s, rate))
+        if record is not None:
+            rate = self.rate_high + self.rate_low
+            if record[-1][0] == now_s:
+                record.pop()
+            if not record or record[-1][1] != rate:
+                record.append((now_s, rate))
+
+
+def _seq(entry: tuple[float, int, Flow]) -> int:
+    return entry[1]
 
 
 class Flow:
@@ -134,15 +147,14 @@ class Flow:
         "path",
         "on_done",
         "args",
-        "rate_bytes_per_s",
         "start_s",
         "finish_s",
         "done",
         "active",
+        "_group",
+        "_tag",
         "_remaining",
-        "_last_s",
         "_handle",
-        "_new_rate",
     )
 
     def __init__(
@@ -158,24 +170,30 @@ class Flow:
         self.path = path
         self.on_done = on_done
         self.args = args
-        self.rate_bytes_per_s = 0.0
         self.start_s = -1.0  # when it began competing for bandwidth (after latency)
         self.finish_s = -1.0
         self.done = False
         self.active = False
-        self._remaining = float(size_bytes)
-        self._last_s = 0.0
-        self._handle: EventHandle | None = None
-        self._new_rate = 0.0
+        self._group: FlowGroup | None = None
+        self._tag = 0.0  # finish tag on its group's virtual clock
+        self._remaining = float(size_bytes)  # while not active
+        self._handle: EventHandle | None = None  # latency / zero-byte event
 
     def __repr__(self) -> str:
         names = ",".join(link.name for link in self.path)
         return f"Flow({self.size_bytes:.4g} B, {self.traffic_class.name}, [{names}], {self.rate_bytes_per_s:.4g} B/s)"
 
+    @property
+    def rate_bytes_per_s(self) -> float:
+        group = self._group
+        return group.rate if self.active and group is not None else 0.0
+
     def remaining_bytes(self, now_s: float) -> float:
-        if not self.active:
+        group = self._group
+        if not self.active or group is None:
             return 0.0 if self.done else self._remaining
-        return max(0.0, self._remaining - self.rate_bytes_per_s * (now_s - self._last_s))
+        served = group.vtime_bytes + group.rate * (now_s - group.last_s)
+        return max(0.0, self._tag - served)
 
 
 class LinkNetwork:
@@ -189,7 +207,13 @@ class LinkNetwork:
         "flows_started",
         "flows_completed",
         "recomputes",
-        "_dirty",
+        "_groups",
+        "_num_high",
+        "_num_low",
+        "_was_mixed",
+        "_seq",
+        "_dirty_groups",
+        "_saturated_before",
         "_update_pending",
     )
 
@@ -202,12 +226,18 @@ class LinkNetwork:
             raise ValueError("max_component_flows must be >= 1 or None")
         self.sim = sim
         self.high_priority_share = high_priority_share
-        self.max_component_flows = max_component_flows
+        self.max_component_flows = max_component_flows  # accepted for compatibility; allocation is exact
         self.links: dict[str, Link] = {}
         self.flows_started = 0
         self.flows_completed = 0
         self.recomputes = 0
-        self._dirty: dict[Link, None] = {}
+        self._groups: dict[tuple[TrafficClass, tuple[Link, ...]], FlowGroup] = {}
+        self._num_high = 0  # active flows per class: the fast path needs one class only
+        self._num_low = 0
+        self._was_mixed = False
+        self._seq = 0
+        self._dirty_groups: dict[FlowGroup, None] = {}
+        self._saturated_before: dict[Link, bool] = {}  # links of dirty groups: saturated before the change?
         self._update_pending = False
 
     def add_link(
@@ -242,7 +272,7 @@ class LinkNetwork:
         for link in flow.path:
             delay_s += link.latency_s
         if size_bytes == 0.0:
-            flow._handle = self.sim.schedule(delay_s, self._finish, flow)
+            flow._handle = self.sim.schedule(delay_s, self._finish_empty, flow)
         elif delay_s > 0.0:
             flow._handle = self.sim.schedule(delay_s, self._activate, flow)
         else:
@@ -255,204 +285,238 @@ class LinkNetwork:
             return
         if flow._handle is not None:
             self.sim.cancel(flow._handle)
+            flow._handle = None
         if flow.active:
-            self._detach(flow)
+            self._detach(flow)  # its heap entry stays and is skipped (lazy deletion)
         flow.done = True
 
-    # -- internals -----------------------------------------------------------------------------
+    # -- flows joining and leaving groups --------------------------------------------------------
 
     def _activate(self, flow: Flow) -> None:
         now_s = self.sim.now_s
         flow.active = True
         flow.start_s = now_s
-        flow._last_s = now_s
         flow._handle = None
-        dirty = self._dirty
+        high = flow.traffic_class is TrafficClass.HIGH
+        key = (flow.traffic_class, flow.path)
+        group = self._groups.get(key)
+        if group is None:
+            group = self._groups[key] = FlowGroup(flow.path, high, now_s)
+            for link in flow.path:
+                link.groups[group] = None
+        self._mark_dirty(group)
+        group.settle(now_s)
+        group.num_flows += 1
+        if high:
+            self._num_high += 1
+        else:
+            self._num_low += 1
+        self._seq += 1
+        flow._group = group
+        flow._tag = group.vtime_bytes + flow.size_bytes
+        heapq.heappush(group.heap, (flow._tag, self._seq, flow))
+        rate = group.rate  # joins at its group's rate until the update at the end of this instant
         for link in flow.path:
-            link.flows[flow] = None
-            dirty[link] = None
-        self._request_update()
+            link.num_flows += 1
+            link._add_rate(now_s, high, rate)
+
+    def _detach(self, flow: Flow) -> None:
+        now_s = self.sim.now_s
+        group = flow._group
+        assert group is not None
+        self._mark_dirty(group)
+        group.settle(now_s)
+        flow._remaining = max(0.0, flow._tag - group.vtime_bytes)
+        flow.active = False
+        group.num_flows -= 1
+        high = group.high
+        if high:
+            self._num_high -= 1
+        else:
+            self._num_low -= 1
+        rate = group.rate
+        for link in group.path:
+            link.num_flows -= 1
+            link._add_rate(now_s, high, -rate)
+        if group.num_flows == 0:
+            del self._groups[(flow.traffic_class, group.path)]
+            for link in group.path:
+                del link.groups[group]
+            if group.handle is not None:
+                self.sim.cancel(group.handle)
+                group.handle = None
+
+    def _mark_dirty(self, group: FlowGroup) -> None:
+        self._dirty_groups[group] = None
+        before = self._saturated_before
+        for link in group.path:
+            if link not in before:
+                before[link] = link.rate_high + link.rate_low >= link.capacity_bytes_per_s * (1.0 - SAT_RTOL)
+        if not self._update_pending:
+            self._update_pending = True
+            self.sim.schedule(0.0, self._update_rates, priority=RATE_UPDATE_PRIORITY)
+
+    def _group_due(self, group: FlowGroup) -> None:
+        """The group's smallest finish tag is reached: finish that flow and any with the same tag."""
+        group.handle = None
+        group.settle(self.sim.now_s)
+        top = group.top()
+        if top is None:
+            return
+        # The scheduled flow is done by definition; rounding may leave its tag a hair above the clock.
+        if top[0] > group.vtime_bytes:
+            group.vtime_bytes = top[0]
+        heap = group.heap
+        finished = []
+        while heap and heap[0][0] <= group.vtime_bytes:
+            flow = heapq.heappop(heap)[2]
+            if flow.active:
+                finished.append(flow)
+        for flow in finished:
+            self._finish(flow)
 
     def _finish(self, flow: Flow) -> None:
-        if flow.active:
-            self._detach(flow)
+        self._detach(flow)
         flow.done = True
         flow._remaining = 0.0
         flow.finish_s = self.sim.now_s
         self.flows_completed += 1
         flow.on_done(*flow.args)
 
-    def _detach(self, flow: Flow) -> None:
-        now_s = self.sim.now_s
-        rate = flow.rate_bytes_per_s
-        high = flow.traffic_class is TrafficClass.HIGH
-        dirty = self._dirty
-        for link in flow.path:
-            del link.flows[flow]
-            link._settle(now_s)
-            if not link.flows:
-                link.rate_high = link.rate_low = 0.0  # exact zero, no float residue
-            elif high:
-                link.rate_high -= rate
-            else:
-                link.rate_low -= rate
-            link._note_rate(now_s)
-            dirty[link] = None
-        flow._remaining = max(0.0, flow._remaining - rate * (now_s - flow._last_s))
-        flow.rate_bytes_per_s = 0.0
-        flow.active = False
-        self._request_update()
+    def _finish_empty(self, flow: Flow) -> None:
+        flow._handle = None
+        flow.done = True
+        flow._remaining = 0.0
+        flow.finish_s = self.sim.now_s
+        self.flows_completed += 1
+        flow.on_done(*flow.args)
 
-    def _request_update(self) -> None:
-        if not self._update_pending:
-            self._update_pending = True
-            self.sim.schedule(0.0, self._update_rates, priority=RATE_UPDATE_PRIORITY)
+    # -- rate updates ----------------------------------------------------------------------------
 
     def _update_rates(self) -> None:
         self._update_pending = False
-        dirty, self._dirty = self._dirty, {}
-        flows, links = self._component(dirty)
-        if not flows:
-            return
-        self.recomputes += 1
-        if len(flows) == 1:
-            self._fast_single(flows[0], links)
-        else:
-            self._allocate(flows, links)
-        self._apply(flows)
+        dirty, self._dirty_groups = self._dirty_groups, {}
+        before, self._saturated_before = self._saturated_before, {}
+        mixed = self._num_high > 0 and self._num_low > 0
+        # Two classes (or the first update after them): exact three-pass WRR on the whole component.
+        rates = self._two_class(dirty) if mixed or self._was_mixed else self._incremental(dirty, before)
+        self._was_mixed = mixed
+        if rates:
+            self.recomputes += 1
+        self._apply(rates, dirty)
 
-    def _component(self, seeds: dict[Link, None]) -> tuple[list[Flow], dict[Link, None]]:
-        """Flows reachable from the seed links (all flows on the seeds, then up to the cap)."""
-        cap = self.max_component_flows
-        seen_flows: dict[Flow, None] = {}
-        seen_links: dict[Link, None] = dict(seeds)
-        frontier = list(seeds)
-        expand = True
-        while frontier:
-            next_frontier: list[Link] = []
-            for link in frontier:
-                for flow in link.flows:
-                    if flow in seen_flows:
-                        continue
-                    seen_flows[flow] = None
-                    if not expand:
-                        continue
-                    for other in flow.path:
-                        if other not in seen_links:
-                            seen_links[other] = None
-                            next_frontier.append(other)
-            if cap is not None and len(seen_flows) >= cap:
-                expand = False
-                # Flows on links already reached still join (they may share a link with a seed flow's
-                # path); stop growing beyond those.
-                for link in next_frontier:
-                    for flow in link.flows:
-                        seen_flows.setdefault(flow, None)
-                for flow in seen_flows:  # every link a member crosses gets a capacity entry
-                    for other in flow.path:
-                        seen_links.setdefault(other, None)
-                break
-            frontier = next_frontier
-        return list(seen_flows), seen_links
+    def _incremental(self, dirty: dict[FlowGroup, None], before: dict[Link, bool]) -> dict[FlowGroup, float]:
+        """NOTE: single-class max-min, re-filling only the groups a change can reach.
 
-    def _fast_single(self, flow: Flow, links: dict[Link, None]) -> None:
-        # Alone in its component: only background (flows outside a capped component) limits it.
-        rate = float("inf")
-        for link in flow.path:
-            free = link.capacity_bytes_per_s - self._background(link, flow)
-            rate = min(rate, free)
-        flow._new_rate = max(rate, 0.0)
+            refilled = dirty groups + groups on their links that were saturated
+            loop: fill `refilled` within what the other groups leave;
+                  stop when every group that could be affected has a bottleneck, else grow `refilled`
 
-    @staticmethod
-    def _background(link: Link, flow: Flow) -> float:
-        used = link.rate_high + link.rate_low
-        if flow in link.flows:
-            used -= flow.rate_bytes_per_s
-        return used
+        The result meets the bottleneck condition everywhere, so it is *the* max-min allocation (unique),
+        the same as re-filling the whole component; typically only a few groups are touched.
+        """
+        refilled: dict[FlowGroup, None] = {}
+        for g in dirty:
+            if g.num_flows:
+                refilled[g] = None
+            for link in g.path:
+                if before[link]:
+                    for h in link.groups:
+                        refilled[h] = None
+        if not refilled:
+            return {}
+        saturated_before = _SaturatedBefore(before)
+        while True:
+            rates = fill(refilled, fixed_residual(refilled))
+            grow = find_violations(refilled, rates, saturated_before)
+            if not grow:
+                return rates
+            refilled.update(grow)
 
-    def _allocate(self, flows: list[Flow], links: dict[Link, None]) -> None:
-        members = dict.fromkeys(flows)
+    def _two_class(self, dirty: dict[FlowGroup, None]) -> dict[FlowGroup, float]:
+        """Paper §5.1 WRR over the dirty groups' connected component (module docstring: three passes)."""
+        groups = _component(dirty)
+        if not groups:
+            return {}
         free: dict[Link, float] = {}
-        for link in links:
-            used = 0.0
-            for other in link.flows:
-                if other not in members:
-                    used += other.rate_bytes_per_s
-            free[link] = max(0.0, link.capacity_bytes_per_s - used)
-        high = [f for f in flows if f.traffic_class is TrafficClass.HIGH]
-        low = [f for f in flows if f.traffic_class is not TrafficClass.HIGH]
+        for g in groups:
+            for link in g.path:
+                free[link] = link.capacity_bytes_per_s
+        high = {g: None for g in groups if g.high}
+        low = {g: None for g in groups if not g.high}
         if not high or not low:
-            _max_min(flows, free, add=False)
-            return
-        low_links = {link for f in low for link in f.path}
+            return fill(groups, free)
+        low_links = {link for g in low for link in g.path}
         share = self.high_priority_share
         high_free = {link: cap * share if link in low_links else cap for link, cap in free.items()}
-        _max_min(high, high_free, add=False)
-        for f in high:
-            for link in f.path:
-                free[link] -= f._new_rate
-        _max_min(low, free, add=False)
-        for f in low:
-            for link in f.path:
-                free[link] -= f._new_rate
-        _max_min(high, free, add=True)  # work conservation: HIGH takes what LOW could not use
+        rates = fill(high, high_free)
+        for g, r in rates.items():
+            for link in g.path:
+                free[link] -= g.num_flows * r
+        low_rates = fill(low, dict(free))
+        for g, r in low_rates.items():
+            for link in g.path:
+                free[link] -= g.num_flows * r
+        extra = fill(high, {link: max(0.0, f) for link, f in free.items()})  # work conservation
+        for g, r in extra.items():
+            rates[g] += r
+        rates.update(low_rates)
+        return rates
 
-    def _apply(self, flows: list[Flow]) -> None:
-        sim = self.sim
-        now_s = sim.now_s
-        for flow in flows:
-            new = flow._new_rate
-            old = flow.rate_bytes_per_s
+    def _apply(self, rates: dict[FlowGroup, float], dirty: dict[FlowGroup, None]) -> None:
+        now_s = self.sim.now_s
+        reschedule = {g: None for g in dirty if g.num_flows}
+        for g, new in rates.items():
+            old = g.rate
             if old > 0.0 and abs(new - old) <= _RATE_RTOL * old:
                 continue
             if new <= 0.0:
-                new = 1e-300  # never stall forever; see _max_min's floor
-            flow._remaining = max(0.0, flow._remaining - old * (now_s - flow._last_s))
-            flow._last_s = now_s
-            flow.rate_bytes_per_s = new
-            delta = new - old
-            high = flow.traffic_class is TrafficClass.HIGH
-            for link in flow.path:
-                link._settle(now_s)
-                if high:
-                    link.rate_high += delta
-                else:
-                    link.rate_low += delta
-                link._note_rate(now_s)
-            if flow._handle is not None:
-                sim.cancel(flow._handle)
-            flow._handle = sim.schedule(flow._remaining / new, self._finish, flow)
-
-
-def _max_min(flows: list[Flow], free: dict[Link, float], *, add: bool) -> None:
-    """Progressive filling: max-min fair rates for `flows` within `free` capacity per link.
-
-    Sets `flow._new_rate` (or adds to it when `add`). `free` is read, not modified.
-    """
-    residual = dict(free)
-    count: dict[Link, int] = {}
-    for flow in flows:
-        for link in flow.path:
-            count[link] = count.get(link, 0) + 1
-    unfrozen = dict.fromkeys(flows)
-    while unfrozen:
-        bottleneck = None
-        best = float("inf")
-        for link, n in count.items():
-            if n:
-                fair = residual[link] / n
-                if fair < best:
-                    best, bottleneck = fair, link
-        assert bottleneck is not None
-        best = max(best, 0.0)
-        for flow in bottleneck.flows:
-            if flow not in unfrozen:
+                new = 1e-300  # never stall forever (only reachable through float residue)
+            g.settle(now_s)
+            g.rate = new
+            delta = g.num_flows * (new - old)
+            high = g.high
+            for link in g.path:
+                link._add_rate(now_s, high, delta)
+            reschedule[g] = None
+        sim = self.sim
+        for g in reschedule:
+            if g.handle is not None:
+                sim.cancel(g.handle)
+            top = g.top()
+            if top is None:
+                g.handle = None
                 continue
-            del unfrozen[flow]
-            flow._new_rate = flow._new_rate + best if add else best
-            for link in flow.path:
-                residual[link] -= best
-                count[link] -= 1
+            g.settle(now_s)
+            delay_s = (top[0] - g.vtime_bytes) / g.rate
+            g.handle = sim.schedule(delay_s if delay_s > 0.0 else 0.0, self._group_due, g)
+
+
+class _SaturatedBefore(dict):  # type: ignore[type-arg]
+    """Link -> saturated before this instant's changes: recorded for dirty links, else the current load
+    (a link no dirty group crosses has not changed yet)."""
+
+    def __missing__(self, link: Link) -> bool:
+        value = link.rate_high + link.rate_low >= link.capacity_bytes_per_s * (1.0 - SAT_RTOL)
+        self[link] = value
+        return value
+
+
+def _component(seeds: dict[FlowGroup, None]) -> dict[FlowGroup, None]:
+    """Live groups connected to the seed groups' links through shared links."""
+    seen_links: dict[Link, None] = {}
+    frontier = [link for g in seeds for link in g.path]
+    groups: dict[FlowGroup, None] = {}
+    while frontier:
+        link = frontier.pop()
+        if link in seen_links:
+            continue
+        seen_links[link] = None
+        for g in link.groups:
+            if g not in groups:
+                groups[g] = None
+                frontier.extend(g.path)
+    return groups
 
 
 def resample_utilisation(

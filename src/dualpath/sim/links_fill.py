@@ -1,0 +1,161 @@
+"""Water-filling for the fluid link network, on flow groups instead of single flows.
+
+NOTE: flows with the same path and traffic class always get the same max-min rate, so the network keeps
+one `FlowGroup` per (class, path) with a count of its flows (`num_flows`) and one per-flow `rate`. A
+group's flows share a processor-sharing virtual clock (`vtime_bytes`: bytes each of its flows has
+received), so a flow's finish tag is `vtime_bytes at its start + size_bytes`, and the whole group needs
+one kernel event: its smallest tag. A rate change costs O(1) per group, not O(flows).
+
+Max-min fairness (Bertsekas & Gallager, Data Networks §6.5.2): an allocation is max-min fair iff it is
+feasible and every flow has a *bottleneck* link — saturated, and no flow on it has a higher rate.
+`fill` is progressive filling (weighted by `num_flows`); `find_violations` checks the bottleneck
+condition, which the incremental update uses to grow the set of groups it re-fills until the condition
+holds everywhere (see `LinkNetwork._incremental`).
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from dualpath.sim.kernel import EventHandle
+    from dualpath.sim.links import Flow, Link
+
+# A link carrying at least (1 - this) of its capacity is saturated; a rate within this (relative) of the
+# largest on a link is the largest. Looser than the network's 1e-9 rescheduling tolerance, so rates kept
+# unchanged by that tolerance never look like violations.
+SAT_RTOL = 1e-8
+
+
+class FlowGroup:
+    """The active flows of one (traffic class, path): equal rates, one virtual clock, one kernel event."""
+
+    __slots__ = ("path", "high", "num_flows", "rate", "vtime_bytes", "last_s", "heap", "handle")
+
+    def __init__(self, path: tuple[Link, ...], high: bool, now_s: float) -> None:
+        self.path = path
+        self.high = high
+        self.num_flows = 0
+        self.rate = 0.0  # bytes/s of each flow
+        self.vtime_bytes = 0.0  # bytes each flow of the group has received since the group was made
+        self.last_s = now_s
+        self.heap: list[tuple[float, int, Flow]] = []  # (finish tag, start seq, flow); aborted ones lazily
+        self.handle: EventHandle | None = None
+
+    def settle(self, now_s: float) -> None:
+        self.vtime_bytes += self.rate * (now_s - self.last_s)
+        self.last_s = now_s
+
+    def top(self) -> tuple[float, int, Any] | None:
+        """The live entry with the smallest finish tag (drops aborted flows from the top)."""
+        heap = self.heap
+        while heap and not heap[0][2].active:
+            heapq.heappop(heap)
+        return heap[0] if heap else None
+
+
+def fill(groups: dict[FlowGroup, None], residual: dict[Link, float]) -> dict[FlowGroup, float]:
+    """Progressive filling: max-min fair per-flow rates for `groups` within `residual` bytes/s per link.
+
+    Every link of every group must be a key of `residual` (which is modified). Repeatedly the link with
+    the smallest fair share (residual / unfrozen flows) freezes its unfrozen groups at that share.
+    """
+    count = dict.fromkeys(residual, 0)
+    for g in groups:
+        for link in g.path:
+            count[link] += g.num_flows
+    unfrozen = dict(groups)
+    rates: dict[FlowGroup, float] = {}
+    while unfrozen:
+        bottleneck = None
+        best = float("inf")
+        for link, n in count.items():
+            if n:
+                fair = residual[link] / n
+                if fair < best:
+                    best, bottleneck = fair, link
+        assert bottleneck is not None
+        best = max(best, 0.0)
+        for g in bottleneck.groups:
+            if g not in unfrozen:
+                continue
+            del unfrozen[g]
+            rates[g] = best
+            n = g.num_flows
+            used = n * best
+            for link in g.path:
+                residual[link] -= used
+                count[link] -= n
+        count[bottleneck] = 0  # float residue must not make it a bottleneck again
+    return rates
+
+
+def link_state(link: Link, rates: dict[FlowGroup, float]) -> tuple[bool, float]:
+    """(saturated, largest per-flow rate) of `link` if `rates` replaced its groups' current rates."""
+    load = 0.0
+    top = 0.0
+    for g in link.groups:
+        r = rates.get(g, g.rate)
+        load += g.num_flows * r
+        if r > top:
+            top = r
+    return load >= link.capacity_bytes_per_s * (1.0 - SAT_RTOL), top
+
+
+def find_violations(
+    refilled: dict[FlowGroup, None], rates: dict[FlowGroup, float], saturated_before: dict[Link, bool]
+) -> dict[FlowGroup, None]:
+    """Groups to add to `refilled` so that re-filling can restore the bottleneck condition (empty: none).
+
+    Only groups whose condition can have changed are checked: the re-filled ones, and the others on a
+    link the re-filled ones cross that was or is saturated (an unsaturated link is nobody's bottleneck,
+    and links the re-filled groups do not cross keep their load and rates).
+    """
+    states: dict[Link, tuple[bool, float]] = {}
+    candidates: dict[FlowGroup, None] = dict(refilled)
+    for g in refilled:
+        for link in g.path:
+            if link in states:
+                continue
+            state = states[link] = link_state(link, rates)
+            if state[0] or saturated_before[link]:
+                for h in link.groups:
+                    candidates[h] = None
+    grow: dict[FlowGroup, None] = {}
+    for g in candidates:
+        r = rates.get(g, g.rate)
+        ok = False
+        for link in g.path:
+            state = states.get(link)
+            if state is None:
+                state = states[link] = link_state(link, rates)
+            if state[0] and r >= state[1] * (1.0 - SAT_RTOL):
+                ok = True
+                break
+        if ok:
+            continue
+        if g not in refilled:
+            grow[g] = None
+            continue
+        # A re-filled group under a faster fixed one: the fixed ones on its links must give way.
+        for link in g.path:
+            for h in link.groups:
+                if h not in refilled:
+                    grow[h] = None
+    return grow
+
+
+def fixed_residual(groups: dict[FlowGroup, None]) -> dict[Link, float]:
+    """Capacity of each link the `groups` cross, less what the other groups on it use now."""
+    residual: dict[Link, float] = {}
+    for g in groups:
+        for link in g.path:
+            if link in residual:
+                continue
+            free = link.capacity_bytes_per_s
+            for h in link.groups:
+                if h not in groups:
+                    free -= h.num_flows * h.rate
+            residual[link] = max(free, 0.0)
+    return residual
