@@ -44,7 +44,7 @@ def layer_kv_to_bytes(kv: LayerKV) -> memoryview:
     """
     host = kv.detach().contiguous().cpu()
     # Reinterpret as bytes through uint8 (numpy cannot hold bfloat16); zero-copy on a contiguous tensor.
-    return memoryview(host.view(torch.uint8).reshape(-1).numpy()).cast("B")
+    return host.view(torch.uint8).reshape(-1).numpy().data.cast("B")
 
 
 def layer_kv_from_buffer(

@@ -13,8 +13,11 @@ from typing import Any, Protocol
 
 
 class Tokenizer(Protocol):
-    bos_id: int | None
-    eos_id: int | None
+    @property
+    def bos_id(self) -> int | None: ...
+
+    @property
+    def eos_id(self) -> int | None: ...
 
     def encode(self, text: str, *, add_bos: bool = True) -> list[int]: ...
 
