@@ -5,8 +5,8 @@ whole Full Blocks of the previous prompt + output minus the last output token (w
 back, so it has no KV): hit_i = ⌊(prompt_{i-1} + gen_{i-1} - 1) / block⌋ · block. Hits occur only
 within a trajectory and nothing is evicted (A.4).
 
-Trajectories come from `dualpath.workload.load_dataset` when that package is present; otherwise
-from `synthetic_trajectories`, a minimal stand-in matched to the means of paper Table 2.
+Trajectories come from `dualpath.workload` (Table 2 generator, A.3 replay); `synthetic_trajectories`
+is a minimal stand-in kept for when that package is absent.
 """
 
 from __future__ import annotations
@@ -50,28 +50,18 @@ def synthetic_trajectories(name: str, count: int, rng: np.random.Generator) -> l
 
 
 def load_trajectories(dataset: str, count: int, seed: int) -> list[list[Round]]:
+    """`count` agents' rounds: the workload package's dataset replayed per A.3 (extra agents get a
+    sampled trajectory behind a synthetic first round); the stand-in generator if it is absent."""
     rng = np.random.default_rng(seed)
     try:
-        from dualpath.workload import load_dataset  # type: ignore[attr-defined]
+        from dualpath.workload import replay_trajectories
+        from dualpath.workload.datasets import load_dataset
     except ImportError:
-        load_dataset = None
-    if load_dataset is not None:
-        return _from_workload(load_dataset(dataset, seed=seed), count, rng)
-    if dataset not in TABLE2:
-        raise ValueError(
-            f"dataset {dataset!r}: the workload package is absent; use one of {', '.join(TABLE2)}"
-        )
-    return synthetic_trajectories(dataset, count, rng)
-
-
-def _from_workload(data: object, count: int, rng: np.random.Generator) -> list[list[Round]]:
-    trajectories = list(getattr(data, "trajectories", data))  # type: ignore[call-overload]
-    picks = rng.integers(0, len(trajectories), size=count) if count > len(trajectories) else range(count)
-    out = []
-    for k in picks:
-        t = trajectories[int(k)]
-        out.append([(int(r.append_tokens), int(r.gen_tokens)) for r in t.rounds])
-    return out
+        if dataset not in TABLE2:
+            raise ValueError(f"dataset {dataset!r}: use one of {', '.join(TABLE2)}") from None
+        return synthetic_trajectories(dataset, count, rng)
+    agents = replay_trajectories(load_dataset(dataset, seed=seed), count, rng)
+    return [[(r.append_tokens, r.generated_tokens) for r in t.rounds] for t in agents]
 
 
 @dataclass
