@@ -318,7 +318,8 @@ class LinkNetwork:
         rate = group.rate  # joins at its group's rate until the update at the end of this instant
         for link in flow.path:
             link.num_flows += 1
-            link._add_rate(now_s, high, rate)
+            if rate > 0.0:
+                link._add_rate(now_s, high, rate)
 
     def _detach(self, flow: Flow) -> None:
         now_s = self.sim.now_s
@@ -466,6 +467,7 @@ class LinkNetwork:
     def _apply(self, rates: dict[FlowGroup, float], dirty: dict[FlowGroup, None]) -> None:
         now_s = self.sim.now_s
         reschedule = {g: None for g in dirty if g.num_flows}
+        changed: dict[FlowGroup, None] = {}
         for g, new in rates.items():
             old = g.rate
             if old > 0.0 and abs(new - old) <= _RATE_RTOL * old:
@@ -479,16 +481,22 @@ class LinkNetwork:
             for link in g.path:
                 link._add_rate(now_s, high, delta)
             reschedule[g] = None
+            changed[g] = None
         sim = self.sim
         for g in reschedule:
-            if g.handle is not None:
-                sim.cancel(g.handle)
             top = g.top()
             if top is None:
+                if g.handle is not None:
+                    sim.cancel(g.handle)
                 g.handle = None
                 continue
+            if g.handle is not None:
+                if g.handle_tag == top[0] and g not in changed:
+                    continue  # same earliest flow, same rate: its event stands
+                sim.cancel(g.handle)
             g.settle(now_s)
             delay_s = (top[0] - g.vtime_bytes) / g.rate
+            g.handle_tag = top[0]
             g.handle = sim.schedule(delay_s if delay_s > 0.0 else 0.0, self._group_due, g)
 
 

@@ -31,7 +31,7 @@ SAT_RTOL = 1e-8
 class FlowGroup:
     """The active flows of one (traffic class, path): equal rates, one virtual clock, one kernel event."""
 
-    __slots__ = ("path", "high", "num_flows", "rate", "vtime_bytes", "last_s", "heap", "handle")
+    __slots__ = ("path", "high", "num_flows", "rate", "vtime_bytes", "last_s", "heap", "handle", "handle_tag")
 
     def __init__(self, path: tuple[Link, ...], high: bool, now_s: float) -> None:
         self.path = path
@@ -42,6 +42,7 @@ class FlowGroup:
         self.last_s = now_s
         self.heap: list[tuple[float, int, Flow]] = []  # (finish tag, start seq, flow); aborted ones lazily
         self.handle: EventHandle | None = None
+        self.handle_tag = -1.0  # finish tag the handle was scheduled for, at the current rate
 
     def settle(self, now_s: float) -> None:
         self.vtime_bytes += self.rate * (now_s - self.last_s)
@@ -61,6 +62,10 @@ def fill(groups: dict[FlowGroup, None], residual: dict[Link, float]) -> dict[Flo
     Every link of every group must be a key of `residual` (which is modified). Repeatedly the link with
     the smallest fair share (residual / unfrozen flows) freezes its unfrozen groups at that share.
     """
+    if len(groups) == 1:  # the common case: one group, limited by its tightest link
+        (g,) = groups
+        best = min(residual[link] for link in g.path) / g.num_flows
+        return {g: best if best > 0.0 else 0.0}
     count = dict.fromkeys(residual, 0)
     for g in groups:
         for link in g.path:
@@ -91,16 +96,17 @@ def fill(groups: dict[FlowGroup, None], residual: dict[Link, float]) -> dict[Flo
     return rates
 
 
-def link_state(link: Link, rates: dict[FlowGroup, float]) -> tuple[bool, float]:
-    """(saturated, largest per-flow rate) of `link` if `rates` replaced its groups' current rates."""
-    load = 0.0
+def _load(link: Link) -> float:
+    return link.rate_high + link.rate_low
+
+
+def _top_rate(link: Link, rates: dict[FlowGroup, float]) -> float:
     top = 0.0
     for g in link.groups:
         r = rates.get(g, g.rate)
-        load += g.num_flows * r
         if r > top:
             top = r
-    return load >= link.capacity_bytes_per_s * (1.0 - SAT_RTOL), top
+    return top
 
 
 def find_violations(
@@ -112,25 +118,33 @@ def find_violations(
     link the re-filled ones cross that was or is saturated (an unsaturated link is nobody's bottleneck,
     and links the re-filled groups do not cross keep their load and rates).
     """
-    states: dict[Link, tuple[bool, float]] = {}
-    candidates: dict[FlowGroup, None] = dict(refilled)
+    new_load: dict[Link, float] = {}  # links the re-filled groups cross: load with the new rates
     for g in refilled:
+        change = g.num_flows * (rates[g] - g.rate)
         for link in g.path:
-            if link in states:
-                continue
-            state = states[link] = link_state(link, rates)
-            if state[0] or saturated_before[link]:
-                for h in link.groups:
-                    candidates[h] = None
+            new_load[link] = new_load.get(link, _load(link)) + change
+    candidates: dict[FlowGroup, None] = dict(refilled)
+    saturated: dict[Link, bool] = {}
+    for link, load in new_load.items():
+        sat = saturated[link] = load >= link.capacity_bytes_per_s * (1.0 - SAT_RTOL)
+        if sat or saturated_before[link]:
+            for h in link.groups:
+                candidates[h] = None
+    top: dict[Link, float] = {}
     grow: dict[FlowGroup, None] = {}
     for g in candidates:
         r = rates.get(g, g.rate)
         ok = False
         for link in g.path:
-            state = states.get(link)
-            if state is None:
-                state = states[link] = link_state(link, rates)
-            if state[0] and r >= state[1] * (1.0 - SAT_RTOL):
+            sat = saturated.get(link)
+            if sat is None:
+                sat = saturated[link] = _load(link) >= link.capacity_bytes_per_s * (1.0 - SAT_RTOL)
+            if not sat:
+                continue
+            t = top.get(link)
+            if t is None:
+                t = top[link] = _top_rate(link, rates)
+            if r >= t * (1.0 - SAT_RTOL):
                 ok = True
                 break
         if ok:
@@ -147,15 +161,20 @@ def find_violations(
 
 
 def fixed_residual(groups: dict[FlowGroup, None]) -> dict[Link, float]:
-    """Capacity of each link the `groups` cross, less what the other groups on it use now."""
+    """Capacity of each link the `groups` cross, less what the other groups on it use now.
+
+    From the link's aggregate rate (kept equal to the sum over its groups) instead of a scan of its
+    groups: a DRAM or storage link crossed by many groups costs O(1) here.
+    """
     residual: dict[Link, float] = {}
     for g in groups:
+        used = g.num_flows * g.rate
         for link in g.path:
-            if link in residual:
-                continue
-            free = link.capacity_bytes_per_s
-            for h in link.groups:
-                if h not in groups:
-                    free -= h.num_flows * h.rate
-            residual[link] = max(free, 0.0)
+            free = residual.get(link)
+            if free is None:
+                free = link.capacity_bytes_per_s - link.rate_high - link.rate_low
+            residual[link] = free + used
+    for link, free in residual.items():
+        if free < 0.0:
+            residual[link] = 0.0
     return residual
