@@ -38,13 +38,16 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         action="store_true",
         help="start no nodes here; they join with `dualpath node --scheduler ...`",
     )
+    parser.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="override a cluster field, e.g. snic_bytes_per_s=8MB/s"
+    )
     parser.add_argument("--tcp", action="store_true", help="move KV over ZeroMQ TCP instead of shared memory")
     parser.set_defaults(func=run)
     return parser
 
 
 def run(args: argparse.Namespace) -> int:
-    from dualpath.runtime.cluster import ClusterConfigError, load_cluster
+    from dualpath.runtime.cluster import ClusterConfigError, apply_settings, load_cluster
     from dualpath.runtime.serve import serve
 
     try:
@@ -53,6 +56,7 @@ def run(args: argparse.Namespace) -> int:
             spec = replace(spec, mode=args.mode)
         if args.read_path:
             spec = replace(spec, read_path=args.read_path)
+        spec = apply_settings(spec, args.set)
     except ClusterConfigError as error:
         raise UserError(str(error)) from None
     if args.no_spawn and args.store is None:

@@ -8,6 +8,7 @@ Long contexts are scaled down for the tiny model: every append and generated cou
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,7 +24,7 @@ from dualpath.runtime.loadgen import (
     scale_tokens,
     summarise,
 )
-from dualpath.runtime.prom import parse_snic_bytes
+from dualpath.runtime.prom import parse_snic
 
 DEFAULT_CONTEXT_SCALE = 1 / 32  # 64K-dataset contexts (≈33K tokens, paper Table 2) -> ≈1K for tiny-llama
 
@@ -74,26 +75,44 @@ def make_plans(options: BenchOptions) -> list[AgentPlan]:
     return plans
 
 
-def snic_bytes(url: str) -> dict[str, dict[str, float]]:
-    return parse_snic_bytes(httpx.get(f"{url}/metrics", timeout=10).text)
+def snic_counters(url: str) -> dict[str, dict[str, float]]:
+    return parse_snic(httpx.get(f"{url}/metrics", timeout=10).text)
+
+
+def snic_summary(
+    before: dict[str, dict[str, float]], after: dict[str, dict[str, float]]
+) -> dict[str, dict[str, float]]:
+    """Per node over the run: bytes read/written and the SNIC's utilisation while reads were waiting.
+
+    utilisation = bytes read / (emulated rate x seconds with a read queued or in flight) — "busy while
+    requests wait for reads" (brief §7); None when the node never had a read waiting.
+    """
+    out = {}
+    for node, a in after.items():
+        b = before.get(node, {})
+        rx = a.get("rx", 0.0) - b.get("rx", 0.0)
+        wait_s = a.get("read_wait_s", 0.0) - b.get("read_wait_s", 0.0)
+        rate = a.get("rate_bytes_per_s", 0.0)
+        util = rx / (rate * wait_s) if rate > 0 and wait_s > 0 else None
+        out[node] = {
+            "rx": rx,
+            "tx": a.get("tx", 0.0) - b.get("tx", 0.0),
+            "read_wait_s": wait_s,
+            "utilisation": util,
+        }
+    return out
 
 
 def run(url: str, options: BenchOptions, *, progress: bool = True) -> tuple[dict[str, object], BenchResult]:
     """Replay and summarise; SNIC bytes per node are the /metrics difference over the run."""
     health = wait_healthy(url, timeout_s=120.0)
     plans = make_plans(options)
-    before = snic_bytes(url)
-    result = asyncio.run(
-        run_bench(
-            url, plans, vocab_size=int(health.get("vocab_size", 256)), seed=options.seed, progress=progress
-        )
-    )
-    after = snic_bytes(url)
+    before = snic_counters(url)
+    vocab_size = int(health.get("vocab_size", 256))
+    result = asyncio.run(run_bench(url, plans, vocab_size=vocab_size, seed=options.seed, progress=progress))
+    time.sleep(0.1)  # a few node report intervals, so /metrics holds the run's last bytes
     summary = summarise(result)
-    summary["snic_bytes"] = {
-        node: {d: after[node].get(d, 0.0) - before.get(node, {}).get(d, 0.0) for d in ("rx", "tx")}
-        for node in after
-    }
+    summary["snic"] = snic_summary(before, snic_counters(url))
     summary["mode"] = health.get("mode")
     summary["read_sides"] = _count_sides(result)
     return summary, result
@@ -118,6 +137,9 @@ def format_summary(summary: dict) -> str:
         lines.append(
             f"  {name[:-2].upper():5s} mean {p['mean'] * 1e3:8.1f} ms  p50 {p['p50'] * 1e3:8.1f}  p90 {p['p90'] * 1e3:8.1f}  p99 {p['p99'] * 1e3:8.1f}"
         )
-    for node, d in summary["snic_bytes"].items():
-        lines.append(f"  SNIC {node}: read {d['rx'] / 1e6:8.2f} MB   written {d['tx'] / 1e6:8.2f} MB")
+    for node, d in summary["snic"].items():
+        util = "   -" if d["utilisation"] is None else f"{100 * d['utilisation']:3.0f}%"
+        lines.append(
+            f"  SNIC {node}: read {d['rx'] / 1e6:8.2f} MB   written {d['tx'] / 1e6:8.2f} MB   busy while reads wait {util}"
+        )
     return "\n".join(lines)

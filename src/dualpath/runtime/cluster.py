@@ -98,9 +98,60 @@ def cluster_from_toml(data: dict[str, object]) -> RuntimeClusterSpec:
     extra = set(data) - {"cluster", "links"}
     if extra:
         raise ClusterConfigError(f"unknown section(s) {sorted(extra)}; use [cluster] and [links]")
-    if "dram_buffer_bytes" in values:
-        values["dram_buffer_bytes"] = int(values["dram_buffer_bytes"])  # type: ignore[call-overload]
+    return _build({k: coerce_value(k, v) for k, v in values.items()})
+
+
+def _build(values: dict[str, object]) -> RuntimeClusterSpec:
     try:
         return RuntimeClusterSpec(**values)  # type: ignore[arg-type]
     except TypeError as error:
         raise ClusterConfigError(str(error)) from error
+
+
+def coerce_value(key: str, value: object) -> object:
+    """Human units at the edge ("16MB/s", "256MiB"); integers where the field is an integer."""
+    from dualpath.units import parse_bandwidth, parse_bytes
+
+    try:
+        if key.endswith("_bytes_per_s"):
+            return parse_bandwidth(value)  # type: ignore[arg-type]
+        if key.endswith("_bytes"):
+            return int(parse_bytes(value))  # type: ignore[arg-type]
+        if key in _INT_FIELDS:
+            return int(value)  # type: ignore[call-overload]
+    except (TypeError, ValueError) as error:
+        raise ClusterConfigError(f"{key} = {value!r}: {error}") from None
+    return value
+
+
+_INT_FIELDS = (
+    "num_prefill_nodes",
+    "num_decode_nodes",
+    "engines_per_node",
+    "block_tokens",
+    "seed",
+    "hbm_tokens",
+)
+
+
+def apply_settings(spec: RuntimeClusterSpec, settings: list[str]) -> RuntimeClusterSpec:
+    """`KEY=VALUE` overrides (`dualpath serve --set snic_bytes_per_s=8MB/s`)."""
+    known = {f.name for f in fields(RuntimeClusterSpec)}
+    values = {f.name: getattr(spec, f.name) for f in fields(RuntimeClusterSpec)}
+    for item in settings:
+        key, sep, value = item.partition("=")
+        if not sep or key not in known:
+            raise ClusterConfigError(
+                f"--set {item!r}: expected KEY=VALUE with KEY one of {', '.join(sorted(known))}"
+            )
+        values[key] = coerce_value(key, value)
+    return _build(values)
+
+
+def dump_cluster(spec: RuntimeClusterSpec) -> str:
+    """The resolved spec as a cluster file (what `serve` hands its nodes, overrides included)."""
+    lines = ["[cluster]"]
+    for f in fields(RuntimeClusterSpec):
+        value = getattr(spec, f.name)
+        lines.append(f"{f.name} = {value!r}" if not isinstance(value, str) else f'{f.name} = "{value}"')
+    return "\n".join(lines) + "\n"

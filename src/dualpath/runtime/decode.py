@@ -28,7 +28,7 @@ import torch
 from dualpath.kvcache import ROOT_KEY, BlockKey, block_keys
 from dualpath.runtime.control import Message
 from dualpath.runtime.dram import Region
-from dualpath.runtime.kvio import region_layer, submit_hit_read, usable_hit_tokens
+from dualpath.runtime.kvio import region_layer, scatter_hits, submit_hit_read, usable_hit_tokens
 from dualpath.runtime.model.paged_cache import PagedKVCache
 from dualpath.runtime.node import NodeLinks
 from dualpath.transfer import BlockWrite, ReadResult, WriteJob
@@ -102,22 +102,32 @@ class DecodeEngine:
         self._admit(job)
 
     def _admit(self, job: DecodeJob) -> None:
-        region = self.links.dram.allocate(
-            num_layers=self.layers, tokens=len(job.token_ids), bytes_per_token_per_layer=self.links.row_bytes
-        )
-        if region is None:  # backpressure: the DE buffer is full, try again shortly
+        reading = job.de_read and job.hit_tokens > 0
+        region = self._alloc(len(job.token_ids))
+        staging = self._alloc(job.hit_tokens) if reading and region is not None else None
+        if region is None or (reading and staging is None):  # backpressure: the DE buffer is full
+            if region is not None:
+                self.links.dram.free(region)
             threading.Timer(_ALLOC_RETRY_S, self._admit, args=(job,)).start()
             return
         job.region = region
-        if job.de_read and job.hit_tokens > 0:
-            future = submit_hit_read(self.links, f"de{job.rid}", job.keys, region)
-            future.add_done_callback(lambda f: self._on_read(job, f.result()))
+        if staging is not None:
+            future = submit_hit_read(self.links, f"de{job.rid}", job.keys, region, staging)
+            future.add_done_callback(lambda f: self._on_read(job, staging, f.result()))
         else:
             self._announce(job)
 
-    def _on_read(self, job: DecodeJob, result: ReadResult) -> None:
+    def _alloc(self, tokens: int) -> Region | None:
+        return self.links.dram.allocate(
+            num_layers=self.layers, tokens=tokens, bytes_per_token_per_layer=self.links.row_bytes
+        )
+
+    def _on_read(self, job: DecodeJob, staging: Region, result: ReadResult) -> None:
+        assert job.region is not None
         self.links.count_corrupt(len(set(result.corrupt_keys)))
         job.hit_tokens = usable_hit_tokens(result, job.keys, self.links.block_tokens)
+        scatter_hits(self.links, staging, job.region, job.hit_tokens)
+        self.links.dram.free(staging)
         self._announce(job)
 
     def _announce(self, job: DecodeJob) -> None:

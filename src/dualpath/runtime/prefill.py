@@ -27,7 +27,7 @@ from dualpath.engine.pipeline import LayerOp, LayerwisePipeline
 from dualpath.kvcache import BlockKey, block_keys
 from dualpath.runtime.control import Message
 from dualpath.runtime.dram import Region
-from dualpath.runtime.kvio import region_layer, submit_hit_read, usable_hit_tokens
+from dualpath.runtime.kvio import region_layer, scatter_hits, submit_hit_read, usable_hit_tokens
 from dualpath.runtime.model.kv_layout import layer_kv_to_bytes
 from dualpath.runtime.node import NodeLinks
 from dualpath.transfer import ReadResult
@@ -94,19 +94,23 @@ class PrefillEngine:
             self.on_notice(notice)
 
     def _start_read(self, job: PrefillJob) -> None:
-        region = self.links.dram.allocate(
-            num_layers=self.layers, tokens=job.hit_tokens, bytes_per_token_per_layer=self.links.row_bytes
-        )
-        if region is None:
+        region, staging = self._alloc(job.hit_tokens), self._alloc(job.hit_tokens)
+        if region is None or staging is None:  # backpressure: the PE buffer is full, try again shortly
+            for r in (region, staging):
+                if r is not None:
+                    self.links.dram.free(r)
             threading.Timer(_ALLOC_RETRY_S, self._start_read, args=(job,)).start()
             return
         job.region = region
-        future = submit_hit_read(self.links, f"pe{job.rid}", job.keys, region)
-        future.add_done_callback(lambda f: self._on_read(job, f.result()))
+        future = submit_hit_read(self.links, f"pe{job.rid}", job.keys, region, staging)
+        future.add_done_callback(lambda f: self._on_read(job, staging, f.result()))
 
-    def _on_read(self, job: PrefillJob, result: ReadResult) -> None:
+    def _on_read(self, job: PrefillJob, staging: Region, result: ReadResult) -> None:
+        assert job.region is not None
         self.links.count_corrupt(len(set(result.corrupt_keys)))
         job.hit_tokens = usable_hit_tokens(result, job.keys, self.links.block_tokens)
+        scatter_hits(self.links, staging, job.region, job.hit_tokens)
+        self.links.dram.free(staging)
         job.read_done = True
         self._maybe_ready(job)
 

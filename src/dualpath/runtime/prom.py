@@ -35,6 +35,18 @@ class ServeMetrics:
             ["node", "direction"],
             registry=self.registry,
         )
+        self.read_wait = Gauge(
+            "dualpath_snic_read_wait_seconds_total",
+            "Seconds a node had storage reads waiting or in flight",
+            ["node"],
+            registry=self.registry,
+        )
+        self.snic_rate = Gauge(
+            "dualpath_snic_rate_bytes_per_s",
+            "A node's emulated SNIC bandwidth",
+            ["node"],
+            registry=self.registry,
+        )
         self.read_queue = Gauge(
             "dualpath_read_queue_tokens",
             "Tokens waiting in a node's storage read queue",
@@ -68,6 +80,8 @@ class ServeMetrics:
             self.snic_bytes.labels(node_id, direction).set(stats.get(f"snic_{direction}_bytes", 0.0))
             self.snic_busy.labels(node_id, direction).set(stats.get(f"snic_{direction}_busy_s", 0.0))
         self.read_queue.labels(node_id).set(stats.get("read_q_tokens", 0.0))
+        self.read_wait.labels(node_id).set(stats.get("snic_read_wait_s", 0.0))
+        self.snic_rate.labels(node_id).set(stats.get("snic_bytes_per_s", 0.0))
 
     def set_corrupt_total(self, total: int) -> None:
         self.corrupt.set(total)
@@ -82,13 +96,19 @@ class ServeMetrics:
         return generate_latest(self.registry)
 
 
-def parse_snic_bytes(text: str) -> dict[str, dict[str, float]]:
-    """`{node: {"rx": bytes, "tx": bytes}}` from a /metrics page (used by `dualpath bench`)."""
+def parse_snic(text: str) -> dict[str, dict[str, float]]:
+    """Per node from a /metrics page: `rx`, `tx` (bytes), `read_wait_s`, `rate_bytes_per_s`."""
     from prometheus_client.parser import text_string_to_metric_families
 
+    names = {
+        "dualpath_snic_read_wait_seconds_total": "read_wait_s",
+        "dualpath_snic_rate_bytes_per_s": "rate_bytes_per_s",
+    }
     out: dict[str, dict[str, float]] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             if sample.name == "dualpath_snic_bytes_total":
                 out.setdefault(sample.labels["node"], {})[sample.labels["direction"]] = sample.value
+            elif sample.name in names:
+                out.setdefault(sample.labels["node"], {})[names[sample.name]] = sample.value
     return dict(sorted(out.items()))

@@ -17,7 +17,7 @@ import uuid
 from contextlib import ExitStack
 from pathlib import Path
 
-from dualpath.runtime.cluster import RuntimeClusterSpec
+from dualpath.runtime.cluster import RuntimeClusterSpec, dump_cluster
 from dualpath.runtime.launcher import stop_process, unlink_shared_memory
 from dualpath.runtime.scheduler import ClusterScheduler, serve_scheduler
 
@@ -57,11 +57,14 @@ def serve(
     control_port: int = 0,
     tcp_data_plane: bool = False,
 ) -> int:
-    """Run until SIGINT/SIGTERM. `config` is passed to the nodes so they build the same cluster spec."""
+    """Run until SIGINT/SIGTERM. `config` names the cluster for the log; nodes get the resolved spec."""
     with ExitStack() as stack:
         if store_dir is None:
             store_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="dualpath-store-")))
         namespace = f"{os.getpid()}{uuid.uuid4().hex[:6]}"
+        run_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="dualpath-run-")))
+        config = str(run_dir / "cluster.toml")  # the resolved spec: nodes see every override
+        Path(config).write_text(dump_cluster(spec))
         scheduler = ClusterScheduler(spec, store_dir)
         children: list[subprocess.Popen[bytes]] = []
 
