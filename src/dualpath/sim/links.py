@@ -33,7 +33,15 @@ from enum import IntEnum
 from typing import Any
 
 from dualpath.sim.kernel import EventHandle, Simulator
-from dualpath.sim.links_fill import SAT_RTOL, FlowGroup, fill, find_violations, fixed_residual
+from dualpath.sim.links_fill import (
+    SAT_RTOL,
+    FlowGroup,
+    bottlenecked_on,
+    fill,
+    find_violations,
+    fixed_residual,
+    set_bottleneck,
+)
 
 # Runs after every ordinary event of the same instant (kernel priorities are small integers).
 RATE_UPDATE_PRIORITY = 1 << 30
@@ -57,6 +65,7 @@ class Link:
         "latency_s",
         "num_flows",
         "groups",
+        "bottlenecked",
         "rate_high",
         "rate_low",
         "_last_s",
@@ -77,6 +86,7 @@ class Link:
         self.latency_s = float(latency_s)
         self.num_flows = 0  # active flows now
         self.groups: dict[FlowGroup, None] = {}  # flow groups crossing it, insertion-ordered
+        self.bottlenecked: dict[FlowGroup, None] = {}  # groups whose remembered bottleneck it is
         self.rate_high = 0.0
         self.rate_low = 0.0
         self._last_s = 0.0
@@ -343,6 +353,7 @@ class LinkNetwork:
             del self._groups[(flow.traffic_class, group.path)]
             for link in group.path:
                 del link.groups[group]
+            set_bottleneck(group, None)
             if group.handle is not None:
                 self.sim.cancel(group.handle)
                 group.handle = None
@@ -409,7 +420,7 @@ class LinkNetwork:
     def _incremental(self, dirty: dict[FlowGroup, None], before: dict[Link, bool]) -> dict[FlowGroup, float]:
         """NOTE: single-class max-min, re-filling only the groups a change can reach.
 
-            refilled = dirty groups + groups on their links that were saturated
+            refilled = dirty groups + the groups bottlenecked on their links (saturated, fastest there)
             loop: fill `refilled` within what the other groups leave;
                   stop when every group that could be affected has a bottleneck, else grow `refilled`
 
@@ -422,8 +433,7 @@ class LinkNetwork:
                 refilled[g] = None
             for link in g.path:
                 if before[link]:
-                    for h in link.groups:
-                        refilled[h] = None
+                    refilled.update(bottlenecked_on(link))
         if not refilled:
             return {}
         saturated_before = _SaturatedBefore(before)
@@ -446,7 +456,11 @@ class LinkNetwork:
         high = {g: None for g in groups if g.high}
         low = {g: None for g in groups if not g.high}
         if not high or not low:
-            return fill(groups, free)
+            frozen_at: dict[FlowGroup, Link] = {}
+            rates = fill(groups, free, frozen_at)
+            for g, link in frozen_at.items():  # plain max-min: valid bottlenecks for the fast path
+                set_bottleneck(g, link)
+            return rates
         low_links = {link for g in low for link in g.path}
         share = self.high_priority_share
         high_free = {link: cap * share if link in low_links else cap for link, cap in free.items()}

@@ -31,7 +31,18 @@ SAT_RTOL = 1e-8
 class FlowGroup:
     """The active flows of one (traffic class, path): equal rates, one virtual clock, one kernel event."""
 
-    __slots__ = ("path", "high", "num_flows", "rate", "vtime_bytes", "last_s", "heap", "handle", "handle_tag")
+    __slots__ = (
+        "path",
+        "high",
+        "num_flows",
+        "rate",
+        "vtime_bytes",
+        "last_s",
+        "heap",
+        "handle",
+        "handle_tag",
+        "bottleneck",
+    )
 
     def __init__(self, path: tuple[Link, ...], high: bool, now_s: float) -> None:
         self.path = path
@@ -43,6 +54,7 @@ class FlowGroup:
         self.heap: list[tuple[float, int, Flow]] = []  # (finish tag, start seq, flow); aborted ones lazily
         self.handle: EventHandle | None = None
         self.handle_tag = -1.0  # finish tag the handle was scheduled for, at the current rate
+        self.bottleneck: Link | None = None  # a link where it is saturated and fastest (single class)
 
     def settle(self, now_s: float) -> None:
         self.vtime_bytes += self.rate * (now_s - self.last_s)
@@ -56,48 +68,79 @@ class FlowGroup:
         return heap[0] if heap else None
 
 
-def fill(groups: dict[FlowGroup, None], residual: dict[Link, float]) -> dict[FlowGroup, float]:
+def fill(
+    groups: dict[FlowGroup, None], residual: dict[Link, float], frozen_at: dict[FlowGroup, Link] | None = None
+) -> dict[FlowGroup, float]:
     """Progressive filling: max-min fair per-flow rates for `groups` within `residual` bytes/s per link.
 
     Every link of every group must be a key of `residual` (which is modified). Repeatedly the link with
     the smallest fair share (residual / unfrozen flows) freezes its unfrozen groups at that share.
+    `frozen_at`, if given, receives the link each group was frozen at.
     """
     if len(groups) == 1:  # the common case: one group, limited by its tightest link
         (g,) = groups
-        best = min(residual[link] for link in g.path) / g.num_flows
+        link = min(g.path, key=residual.__getitem__)
+        best = residual[link] / g.num_flows
+        if frozen_at is not None:
+            frozen_at[g] = link
         return {g: best if best > 0.0 else 0.0}
-    count = dict.fromkeys(residual, 0)
+    count: dict[Link, int] = {}
+    members: dict[Link, list[FlowGroup]] = {}  # the groups to fill on each link (not all its groups)
     for g in groups:
         for link in g.path:
-            count[link] += g.num_flows
+            if link in count:
+                count[link] += g.num_flows
+                members[link].append(g)
+            else:
+                count[link] = g.num_flows
+                members[link] = [g]
+    # A heap of (fair share, tiebreak, link); an entry is stale when the link's share has moved since.
+    index = {link: i for i, link in enumerate(count)}
+    heap = [(residual[link] / n, index[link], link) for link, n in count.items()]
+    heapq.heapify(heap)
     unfrozen = dict(groups)
     rates: dict[FlowGroup, float] = {}
     while unfrozen:
-        bottleneck = None
-        best = float("inf")
-        for link, n in count.items():
-            if n:
-                fair = residual[link] / n
-                if fair < best:
-                    best, bottleneck = fair, link
-        assert bottleneck is not None
-        best = max(best, 0.0)
-        for g in bottleneck.groups:
+        fair, _, bottleneck = heapq.heappop(heap)
+        n = count.get(bottleneck)
+        if n is None or fair != residual[bottleneck] / n:
+            continue  # stale entry
+        best = fair if fair > 0.0 else 0.0
+        touched: dict[Link, None] = {}
+        for g in members[bottleneck]:
             if g not in unfrozen:
                 continue
             del unfrozen[g]
             rates[g] = best
+            if frozen_at is not None:
+                frozen_at[g] = bottleneck
             n = g.num_flows
             used = n * best
             for link in g.path:
                 residual[link] -= used
-                count[link] -= n
-        count[bottleneck] = 0  # float residue must not make it a bottleneck again
+                left = count[link] - n
+                if left:
+                    count[link] = left
+                    touched[link] = None
+                else:
+                    del count[link]  # no unfrozen group left: never a bottleneck again
+                    touched.pop(link, None)
+        for link in touched:
+            if link in count:
+                heapq.heappush(heap, (residual[link] / count[link], index[link], link))
     return rates
 
 
-def _load(link: Link) -> float:
-    return link.rate_high + link.rate_low
+def set_bottleneck(g: FlowGroup, link: Link | None) -> None:
+    """Remember `link` as the group's bottleneck, in the link's index of groups bottlenecked there."""
+    old = g.bottleneck
+    if old is link:
+        return
+    if old is not None:
+        del old.bottlenecked[g]
+    if link is not None:
+        link.bottlenecked[g] = None
+    g.bottleneck = link
 
 
 def _top_rate(link: Link, rates: dict[FlowGroup, float]) -> float:
@@ -109,6 +152,12 @@ def _top_rate(link: Link, rates: dict[FlowGroup, float]) -> float:
     return top
 
 
+def bottlenecked_on(link: Link) -> dict[FlowGroup, None]:
+    """Groups at the largest rate on `link` (its bottlenecked ones, if the link is saturated)."""
+    top = _top_rate(link, {}) * (1.0 - SAT_RTOL)
+    return {g: None for g in link.groups if g.rate >= top}
+
+
 def find_violations(
     refilled: dict[FlowGroup, None], rates: dict[FlowGroup, float], saturated_before: dict[Link, bool]
 ) -> dict[FlowGroup, None]:
@@ -116,38 +165,41 @@ def find_violations(
 
     Only groups whose condition can have changed are checked: the re-filled ones, and the others on a
     link the re-filled ones cross that was or is saturated (an unsaturated link is nobody's bottleneck,
-    and links the re-filled groups do not cross keep their load and rates).
+    and links the re-filled groups do not cross keep their load and rates). A group remembers the link
+    that last satisfied its condition (`bottleneck`); while that link is untouched, it still does.
     """
+    tol = 1.0 - SAT_RTOL
     new_load: dict[Link, float] = {}  # links the re-filled groups cross: load with the new rates
     for g in refilled:
         change = g.num_flows * (rates[g] - g.rate)
         for link in g.path:
-            new_load[link] = new_load.get(link, _load(link)) + change
+            load = new_load.get(link)
+            new_load[link] = (link.rate_high + link.rate_low if load is None else load) + change
     candidates: dict[FlowGroup, None] = dict(refilled)
     saturated: dict[Link, bool] = {}
     for link, load in new_load.items():
-        sat = saturated[link] = load >= link.capacity_bytes_per_s * (1.0 - SAT_RTOL)
+        sat = saturated[link] = load >= link.capacity_bytes_per_s * tol
         if sat or saturated_before[link]:
-            for h in link.groups:
-                candidates[h] = None
+            candidates.update(link.bottlenecked)
     top: dict[Link, float] = {}
     grow: dict[FlowGroup, None] = {}
     for g in candidates:
         r = rates.get(g, g.rate)
-        ok = False
+        found = None
         for link in g.path:
             sat = saturated.get(link)
             if sat is None:
-                sat = saturated[link] = _load(link) >= link.capacity_bytes_per_s * (1.0 - SAT_RTOL)
+                sat = saturated[link] = link.rate_high + link.rate_low >= link.capacity_bytes_per_s * tol
             if not sat:
                 continue
             t = top.get(link)
             if t is None:
                 t = top[link] = _top_rate(link, rates)
-            if r >= t * (1.0 - SAT_RTOL):
-                ok = True
+            if r >= t * tol:
+                found = link
                 break
-        if ok:
+        if found is not None:
+            set_bottleneck(g, found)
             continue
         if g not in refilled:
             grow[g] = None
