@@ -137,3 +137,63 @@ def test_scenarios_exercise_sharing_aborts_and_chains() -> None:
     assert sum(p.traffic_class is TrafficClass.HIGH for p in flows) > 100
     done, _ = run(scenarios[0], LinkNetwork)
     assert done
+
+
+def closed_loop(network_class: type, *, seed: int, concurrency: int, count: int) -> list[tuple[float, int]]:
+    """The benchmark's shape: 2 nodes x 4 GPUs, reads and cross-node copies; each completion starts the
+    next flow. Returns (completion time, flow id) in completion order."""
+    sim = Simulator()
+    net = network_class(sim, high_priority_share=0.99)
+    rng = random.Random(seed)
+    storage = net.add_link("storage", 60 * GB)
+    snic = [net.add_link(f"n{n}/snic_rx", 50 * GB) for n in range(2)]
+    dram = [net.add_link(f"n{n}/dram", 120 * GB) for n in range(2)]
+    tx = [[net.add_link(f"n{n}/cnic{i}_tx", 50 * GB) for i in range(4)] for n in range(2)]
+    rx = [[net.add_link(f"n{n}/cnic{i}_rx", 50 * GB) for i in range(4)] for n in range(2)]
+    paths = [[storage, snic[n], dram[n]] for n in range(2)]
+    paths += [
+        [dram[n], tx[n][i], rx[1 - n][j], dram[1 - n]] for n in range(2) for i in range(4) for j in range(4)
+    ]
+    log: list[tuple[float, int]] = []
+    started = 0
+
+    def start() -> None:
+        nonlocal started
+        if started < count:
+            started += 1
+            cls = TrafficClass.HIGH if rng.random() < 0.05 else TrafficClass.LOW
+            net.start_flow(rng.uniform(0.1, 2.0) * GB, rng.choice(paths), cls, done, started)
+
+    def done(flow_id: int) -> None:
+        log.append((sim.now_s, flow_id))
+        start()
+
+    for _ in range(concurrency):
+        start()
+    sim.run()
+    return log
+
+
+def test_closed_loop_cluster_matches_reference() -> None:
+    fast = closed_loop(LinkNetwork, seed=7, concurrency=96, count=700)
+    ref = closed_loop(ReferenceLinkNetwork, seed=7, concurrency=96, count=700)
+    assert len(fast) == len(ref) == 700
+    ref_at = {flow_id: t for t, flow_id in ref}
+    for t, flow_id in fast:
+        assert t == pytest.approx(ref_at[flow_id], rel=1e-6)
+
+
+def test_flows_sharing_a_path_need_one_pending_event() -> None:
+    # Processor sharing per group: 200 flows on one link keep one completion event, not 200.
+    sim = Simulator()
+    net = LinkNetwork(sim)
+    link = net.add_link("snic_rx", 50 * GB)
+    for i in range(200):
+        net.start_flow((1 + i) * 0.01 * GB, [link], TrafficClass.LOW, lambda: None)
+    sim.run(max_events=50)
+    assert net.flows_completed >= 20  # each completion is followed by one rate update
+    assert link.num_flows == 200 - net.flows_completed
+    assert sim.pending_entries() <= 3
+    sim.run()
+    assert net.flows_completed == 200
+    assert link.bytes_carried(sim.now_s) == pytest.approx(sum((1 + i) * 0.01 * GB for i in range(200)))
