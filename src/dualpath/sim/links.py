@@ -16,11 +16,14 @@ With both classes saturating a link this gives the WRR split 99:1; a class alone
 a class that cannot use its share leaves it to the other. Within a class, flows share max-min fairly
 (progressive filling: repeatedly freeze the flows of the link with the smallest fair share).
 
-Recomputation is coalesced: starting or ending a flow only marks its links dirty and schedules one
+Recomputation is coalesced: starting or ending a flow only marks its group dirty and schedules one
 rate update at the same instant, after every other event of that instant (`RATE_UPDATE_PRIORITY`), so
-ten flows started by one callback cost one recomputation. The update covers the flows of the dirty
-links' connected component; `max_component_flows` caps it (flows outside the cap keep their rates and
-count as fixed background load), trading exact max-min for speed on very large clusters.
+ten flows started by one callback cost one recomputation. Flows of one (class, path) form a
+`FlowGroup` with one virtual clock and one kernel event (`links_fill`). With one class active the update
+re-fills only the groups the change can reach (`LinkNetwork._incremental`); with both, the dirty groups'
+connected component is recomputed with the three passes. Either way the result is exact, equal to the
+original per-flow code kept in `links_reference` (tests/sim/test_links_equivalence.py), so
+`max_component_flows` (a cap that traded exactness for speed there) is accepted and ignored here.
 """
 
 from __future__ import annotations
@@ -479,8 +482,8 @@ class LinkNetwork:
         return rates
 
     def _apply(self, rates: dict[FlowGroup, float], dirty: dict[FlowGroup, None]) -> None:
+        """Set the new rates (links settle their bytes first) and move the groups' completion events."""
         now_s = self.sim.now_s
-        reschedule = {g: None for g in dirty if g.num_flows}
         changed: dict[FlowGroup, None] = {}
         for g, new in rates.items():
             old = g.rate
@@ -488,30 +491,38 @@ class LinkNetwork:
                 continue
             if new <= 0.0:
                 new = 1e-300  # never stall forever (only reachable through float residue)
-            g.settle(now_s)
+            g.vtime_bytes += old * (now_s - g.last_s)
+            g.last_s = now_s
             g.rate = new
             delta = g.num_flows * (new - old)
             high = g.high
             for link in g.path:
                 link._add_rate(now_s, high, delta)
-            reschedule[g] = None
             changed[g] = None
-        sim = self.sim
-        for g in reschedule:
-            top = g.top()
-            if top is None:
-                if g.handle is not None:
-                    sim.cancel(g.handle)
+        for g in dirty:
+            if g.num_flows and g not in changed:
+                self._reschedule(g, now_s, False)
+        for g in changed:
+            self._reschedule(g, now_s, True)
+
+    def _reschedule(self, g: FlowGroup, now_s: float, rate_changed: bool) -> None:
+        top = g.top()
+        handle = g.handle
+        if top is None:
+            if handle is not None:
+                self.sim.cancel(handle)
                 g.handle = None
-                continue
-            if g.handle is not None:
-                if g.handle_tag == top[0] and g not in changed:
-                    continue  # same earliest flow, same rate: its event stands
-                sim.cancel(g.handle)
-            g.settle(now_s)
-            delay_s = (top[0] - g.vtime_bytes) / g.rate
-            g.handle_tag = top[0]
-            g.handle = sim.schedule(delay_s if delay_s > 0.0 else 0.0, self._group_due, g)
+            return
+        tag = top[0]
+        if handle is not None:
+            if not rate_changed and g.handle_tag == tag:
+                return  # same earliest flow, same rate: its event stands
+            self.sim.cancel(handle)
+        g.vtime_bytes += g.rate * (now_s - g.last_s)
+        g.last_s = now_s
+        delay_s = (tag - g.vtime_bytes) / g.rate
+        g.handle_tag = tag
+        g.handle = self.sim.schedule(delay_s if delay_s > 0.0 else 0.0, self._group_due, g)
 
 
 class _SaturatedBefore(dict):  # type: ignore[type-arg]

