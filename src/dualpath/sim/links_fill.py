@@ -181,10 +181,10 @@ def find_violations(
         r = rates.get(g, g.rate)
         found = None
         for link in g.path:
-            sat = saturated.get(link)
-            if sat is None:
-                sat = saturated[link] = link.rate_high + link.rate_low >= link.capacity_bytes_per_s * tol
-            if not sat:
+            known = saturated.get(link)
+            if known is None:
+                known = saturated[link] = link.rate_high + link.rate_low >= link.capacity_bytes_per_s * tol
+            if not known:
                 continue
             t = top.get(link)
             if t is None:
