@@ -152,6 +152,7 @@ async def run_bench(
     seed: int = 0,
     progress: bool = True,
     timeout_s: float = 600.0,
+    transport: httpx.AsyncBaseTransport | None = None,
 ) -> BenchResult:
     """Replay every agent against the server at `url`; one progress-bar tick per finished round."""
     from tqdm import tqdm
@@ -165,7 +166,7 @@ async def run_bench(
         bar.update(1)
 
     limits = httpx.Limits(max_connections=len(plans) + 4, max_keepalive_connections=len(plans) + 4)
-    async with httpx.AsyncClient(base_url=url, timeout=timeout_s, limits=limits) as client:
+    async with httpx.AsyncClient(base_url=url, timeout=timeout_s, limits=limits, transport=transport) as client:
         t0 = time.monotonic()
         agents = await asyncio.gather(
             *(

@@ -1,0 +1,111 @@
+"""Runtime benchmark: Basic vs DualPath vs Oracle on a real `local-1p2d` cluster, I/O-bound trace.
+
+What it shows (paper §7.3, Fig. 7, on our emulated hardware): with 1 prefill node and 2 decode nodes there
+are 3 SNICs, and Basic reads every hit through the PE's one SNIC, so on a storage-bound trace DualPath can
+be up to 3x faster than Basic and, when 3 SNICs suffice, as fast as Oracle (which skips all I/O time).
+
+The operating point is set, not tuned: the SNIC bandwidth is chosen so that the trace is storage-bound
+with a theoretical gain of exactly 3x —
+
+    storage time on ONE SNIC (Basic)  =  3 x  Oracle's JCT        (so 3 SNICs  =  1 x Oracle's JCT)
+
+i.e. rate = (hit bytes the trace reads) / (3 x Oracle JCT), both measured by a first Oracle run on the same
+machine (CPU speed differs between machines; the ratio is what the experiment is about). The CNIC keeps the
+paper's ratio (node CNICs = 8 x SNIC, §2.3). Oracle's own JCT does not depend on the rates (it skips all I/O
+time), so that first run is also the Oracle row; Basic and DualPath then replay the same trace, each on a
+fresh cluster with an empty KV store. A SNIC's utilisation is its bytes read over (its rate x the time the
+node had reads waiting or in flight).
+
+    python benchmarks/runtime_paths.py [--json] [--agents N] [--rounds R] [--context-scale F]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+
+from dualpath.runtime.bench import BenchOptions
+from dualpath.runtime.experiment import run_mode, snic_utilisation
+
+STORAGE_GAIN = 3.0  # (P + D) / P SNICs for local-1p2d: the theoretical gain the trace is sized for
+CNIC_PER_SNIC = 8.0  # node CNICs together = 8 x the SNIC (paper §2.3: 8 x 400 Gbps vs 1 x 400 Gbps)
+
+
+def mode_result(summary: dict) -> dict:
+    return {
+        "jct_s": summary["jct_s"],
+        "ttft_mean_s": summary["ttft_s"]["mean"],
+        "ttft_p90_s": summary["ttft_s"]["p90"],
+        "tpot_mean_s": summary["tpot_s"]["mean"],
+        "tokens_per_s": summary["tokens_per_s"],
+        "snic_utilisation": snic_utilisation(summary),
+        "snic_read_bytes": {node: d["rx"] for node, d in summary["snic"].items()},
+        "read_sides": summary["read_sides"],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--agents", type=int, default=32)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--context-scale", type=float, default=1 / 32)
+    parser.add_argument("--dataset", default="64k")
+    args = parser.parse_args(argv)
+    options = BenchOptions(
+        dataset=args.dataset, agents=args.agents, max_rounds=args.rounds, context_scale=args.context_scale
+    )
+    progress = not args.json
+    started = time.monotonic()
+    log = print if progress else (lambda *a, **k: None)
+
+    # Oracle moves its bytes unpaced, so its JCT does not depend on the link rates: one run serves both as
+    # the calibration and as the Oracle row.
+    oracle = run_mode("oracle", options, progress=progress)
+    hit_bytes = sum(d["rx"] for d in oracle["snic"].values())
+    snic_rate = hit_bytes / (STORAGE_GAIN * oracle["jct_s"])
+    settings = [f"snic_bytes_per_s={snic_rate:.0f}", f"cnic_bytes_per_s={CNIC_PER_SNIC * snic_rate:.0f}"]
+    log(
+        f"oracle JCT {oracle['jct_s']:.2f} s, {hit_bytes / 1e6:.1f} MB of hits -> SNIC {snic_rate / 1e6:.2f} MB/s"
+    )
+
+    modes = {"oracle": mode_result(oracle)}
+    for mode in ("basic", "dualpath"):
+        modes[mode] = mode_result(run_mode(mode, options, settings=settings, progress=progress))
+        log(f"{mode:9s} JCT {modes[mode]['jct_s']:.2f} s  SNIC {modes[mode]['snic_utilisation']}")
+    modes = {m: modes[m] for m in ("basic", "dualpath", "oracle")}
+
+    out = {
+        "machine": {
+            "host": platform.node(),
+            "cpu": platform.processor() or platform.machine(),
+            "python": sys.version.split()[0],
+        },
+        "cluster": "local-1p2d",
+        "trace": {
+            "dataset": args.dataset,
+            "agents": args.agents,
+            "rounds": args.rounds,
+            "context_scale": args.context_scale,
+        },
+        "snic_bytes_per_s": snic_rate,
+        "cnic_bytes_per_s": CNIC_PER_SNIC * snic_rate,
+        "modes": modes,
+        "basic_over_dualpath": modes["basic"]["jct_s"] / modes["dualpath"]["jct_s"],
+        "dualpath_over_oracle": modes["dualpath"]["jct_s"] / modes["oracle"]["jct_s"],
+        "wall_s": time.monotonic() - started,
+    }
+    if args.json:
+        print(json.dumps(out, indent=2))
+    else:
+        print(
+            f"basic/dualpath {out['basic_over_dualpath']:.2f}x   dualpath/oracle {out['dualpath_over_oracle']:.2f}x"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
