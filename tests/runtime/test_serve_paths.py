@@ -87,11 +87,11 @@ def test_dualpath_de_read_path_matches_reference_persists_exact_kv_and_recompute
     [
         ("basic", None, {"pe_read"}),
         pytest.param("layerwise", None, {"pe_read"}, marks=pytest.mark.slow),
-        pytest.param("dualpath-rr", None, {"pe_read", "de_read"}, marks=pytest.mark.slow),
-        pytest.param("dualpath", None, None, marks=pytest.mark.slow),
+        ("dualpath-rr", None, {"pe_read", "de_read"}),
+        ("dualpath", None, None),
         pytest.param("dualpath", "pe-read", {"pe_read"}, marks=pytest.mark.slow),
         pytest.param("dualpath", "split", None, marks=pytest.mark.slow),
-        pytest.param("oracle", None, None, marks=pytest.mark.slow),
+        ("oracle", None, None),
     ],
 )
 def test_every_mode_and_read_path_serves_the_reference_tokens(tmp_path, reference, mode, read_path, sides):
