@@ -39,7 +39,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         help="start no nodes here; they join with `dualpath node --scheduler ...`",
     )
     parser.add_argument(
-        "--set", action="append", default=[], metavar="KEY=VALUE", help="override a cluster field, e.g. snic_bytes_per_s=8MB/s"
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a cluster field, e.g. snic_bytes_per_s=8MB/s",
     )
     parser.add_argument("--tcp", action="store_true", help="move KV over ZeroMQ TCP instead of shared memory")
     parser.set_defaults(func=run)

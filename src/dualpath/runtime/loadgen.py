@@ -166,7 +166,9 @@ async def run_bench(
         bar.update(1)
 
     limits = httpx.Limits(max_connections=len(plans) + 4, max_keepalive_connections=len(plans) + 4)
-    async with httpx.AsyncClient(base_url=url, timeout=timeout_s, limits=limits, transport=transport) as client:
+    async with httpx.AsyncClient(
+        base_url=url, timeout=timeout_s, limits=limits, transport=transport
+    ) as client:
         t0 = time.monotonic()
         agents = await asyncio.gather(
             *(
