@@ -235,14 +235,16 @@ class ClusterCore:
         self.readers[node_id].finish(request_id)
         request = self._active[request_id]
         request.parts_reading -= 1
+        # A finished read frees a slot of the node's queue depth: the next queued read starts now.
+        out = self._admit(node_id)
         if request.parts_reading:
-            return []
+            return out
         assert request.de_engine is not None
         de_node = self.node_of_engine(request.de_engine)
         if self.buffers[de_node].holds(request_id):
-            return self._make_ready(request)
+            return out + self._make_ready(request)
         self._landing_wait[de_node].append(request)
-        return self._admit(de_node)
+        return out + self._admit(de_node)
 
     def _make_ready(self, request: Request) -> list[Command]:
         assert request.pe_engine is not None
