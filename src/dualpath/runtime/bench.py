@@ -115,7 +115,17 @@ def run(url: str, options: BenchOptions, *, progress: bool = True) -> tuple[dict
     summary["snic"] = snic_summary(before, snic_counters(url))
     summary["mode"] = health.get("mode")
     summary["read_sides"] = _count_sides(result)
+    summary["milestones_mean_s"] = _mean_milestones(result)
     return summary, result
+
+
+def _mean_milestones(result: BenchResult) -> dict[str, float]:
+    """Mean seconds from arrival to each server-side milestone (read end, prefill start, ...)."""
+    values: dict[str, list[float]] = {}
+    for record in result.rounds:
+        for key, value in dict(record.info.get("times_s", {})).items():  # type: ignore[call-overload]
+            values.setdefault(key, []).append(float(value))
+    return {key: sum(v) / len(v) for key, v in sorted(values.items(), key=lambda kv: sum(kv[1]) / len(kv[1]))}
 
 
 def _count_sides(result: BenchResult) -> dict[str, int]:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -62,6 +63,7 @@ class DecodeJob:
     hit_tokens: int
     keys: list[BlockKey]
     region: Region | None = None
+    times: dict[str, float] = field(default_factory=dict)  # wall-clock milestones (PE's merged in)
 
 
 class DecodeEngine:
@@ -97,6 +99,7 @@ class DecodeEngine:
             hit_tokens=hit,
             keys=block_keys(ids[:hit], self.links.block_tokens),
         )
+        job.times["de_assigned"] = time.time()
         with self._lock:
             self.jobs[job.rid] = job
         self._admit(job)
@@ -128,6 +131,7 @@ class DecodeEngine:
         job.hit_tokens = usable_hit_tokens(result, job.keys, self.links.block_tokens)
         scatter_hits(self.links, staging, job.region, job.hit_tokens)
         self.links.dram.free(staging)
+        job.times["read_end"] = time.time()
         self._announce(job)
 
     def _announce(self, job: DecodeJob) -> None:
@@ -151,6 +155,7 @@ class DecodeEngine:
             self._tx.submit(self._push_hits, job, int(payload["offset"]), int(payload["layer_bytes"]))
         elif payload["kind"] == "prefilled":
             job.hit_tokens = int(payload["hit_tokens"])
+            job.times.update(payload.get("times", {}))
             self._arrivals.put((job, int(payload["first_token"])))
 
     def _push_hits(self, job: DecodeJob, offset: int, layer_bytes: int) -> None:
@@ -221,6 +226,7 @@ class DecodeEngine:
                 job.rid, layer, 0, region_layer(self.links, job.region, layer, prompt, device=device)
             )
         self.links.dram.free(job.region)
+        job.times["decode_start"] = time.time()
         bt = self.links.block_tokens
         hit_blocks = job.hit_tokens // bt
         keys = block_keys(job.token_ids[: hit_blocks * bt], bt)
@@ -270,4 +276,7 @@ class DecodeEngine:
         self.cache.free(seq.rid)
         with self._lock:
             job = self.jobs.pop(seq.rid)
-        self.links.send({"type": "finished", "rid": seq.rid, "hit_tokens": job.hit_tokens})
+        job.times["finished"] = time.time()
+        self.links.send(
+            {"type": "finished", "rid": seq.rid, "hit_tokens": job.hit_tokens, "times": job.times}
+        )

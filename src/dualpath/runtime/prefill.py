@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
+import traceback
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -50,6 +52,7 @@ class PrefillJob:
     de_layer_bytes: int = 0
     layer_arrived: list[threading.Event] = field(default_factory=list)
     queued: bool = False  # handed to the worker (ready: hit KV in a DRAM buffer, DE region known)
+    times: dict[str, float] = field(default_factory=dict)  # wall-clock milestones, for per-request records
 
 
 class PrefillEngine:
@@ -83,6 +86,7 @@ class PrefillEngine:
             keys=block_keys(ids[:hit], bt),
             layer_arrived=[threading.Event() for _ in range(self.layers)],
         )
+        job.times["pe_assigned"] = time.time()
         with self._lock:
             self.jobs[job.rid] = job
             early = self._early.pop(job.rid, [])
@@ -111,6 +115,7 @@ class PrefillEngine:
         job.hit_tokens = usable_hit_tokens(result, job.keys, self.links.block_tokens)
         scatter_hits(self.links, staging, job.region, job.hit_tokens)
         self.links.dram.free(staging)
+        job.times["read_end"] = time.time()
         job.read_done = True
         self._maybe_ready(job)
 
@@ -123,6 +128,7 @@ class PrefillEngine:
                 self._early.setdefault(rid, []).append(notice)
                 return
         if payload["kind"] == "de_ready":
+            job.times["de_ready"] = time.time()
             job.de_offset = int(payload["offset"])
             job.de_layer_bytes = int(payload["layer_bytes"])
             if not job.pe_read:
@@ -133,9 +139,15 @@ class PrefillEngine:
 
     def _maybe_ready(self, job: PrefillJob) -> None:
         with self._lock:
-            if job.read_done and job.de_offset is not None and not job.queued:
-                job.queued = True
-                self._ready.put(job)
+            if not (job.read_done and job.de_offset is not None and not job.queued):
+                return
+            job.queued = True
+        if not job.pe_read and job.hit_tokens > 0:
+            # DE read path: ask for the hit layers now, so they stream in while earlier forwards compute.
+            job.region = self._alloc(job.hit_tokens)
+            if job.region is not None:
+                self._pull(job)
+        self._ready.put(job)
 
     def load(self) -> dict[str, Any]:
         with self._lock:
@@ -156,13 +168,14 @@ class PrefillEngine:
     # ---- the forward ----------------------------------------------------------------------------
     def _work(self) -> None:
         while (job := self._ready.get()) is not None:
+            job.times["prefill_start"] = time.time()
             first = self._prefill(job)
+            job.times["prefill_end"] = time.time()
             # The first token goes to the client before the DE can produce the second one.
             self.links.send({"type": "tokens", "items": [[job.rid, [first]]]})
-            self.links.raw.notify(
-                job.de,
-                {"kind": "prefilled", "rid": job.rid, "first_token": first, "hit_tokens": job.hit_tokens},
-            )
+            notice = {"kind": "prefilled", "rid": job.rid, "first_token": first, "hit_tokens": job.hit_tokens}
+            # Behind this forward's last KV sends on the FIFO transmit thread; the next forward starts now.
+            self._tx.submit(self.links.raw.notify, job.de, {**notice, "times": job.times})
             with self._lock:
                 del self.jobs[job.rid]
             if job.region is not None:
@@ -170,7 +183,7 @@ class PrefillEngine:
 
     def _prefill(self, job: PrefillJob) -> int:
         hit, device = job.hit_tokens, self.model.config.device
-        if not job.pe_read and hit > 0:
+        if not job.pe_read and hit > 0 and job.region is None:
             self._request_hit_layers(job)
         hidden = self.model.embed(job.token_ids[hit:])
         positions = torch.arange(hit, len(job.token_ids), device=device)
@@ -200,15 +213,17 @@ class PrefillEngine:
         while (region := self._alloc(job.hit_tokens)) is None:
             threading.Event().wait(_ALLOC_RETRY_S)
         job.region = region
-        self.links.raw.notify(
-            job.de,
-            {
-                "kind": "pull",
-                "rid": job.rid,
-                "offset": region.offset_bytes,
-                "layer_bytes": region.layer_bytes,
-            },
-        )
+        self._pull(job)
+
+    def _pull(self, job: PrefillJob) -> None:
+        assert job.region is not None
+        notice = {
+            "kind": "pull",
+            "rid": job.rid,
+            "offset": job.region.offset_bytes,
+            "layer_bytes": job.region.layer_bytes,
+        }
+        self.links.raw.notify(job.de, notice)
 
     def _alloc(self, tokens: int) -> Region | None:
         return self.links.dram.allocate(
@@ -246,17 +261,10 @@ def run_pipeline(
     """Drive the core's `LayerwisePipeline` with real threads; without layerwise, load all layers first.
 
     Loads run on `io`, sends on `tx`, computes on the calling thread; completions come back through one
-    queue so the pipeline state machine is only ever touched here.
+    queue so the pipeline state machine is only ever touched here. It returns once every layer has been
+    computed: the remaining sends stay queued on the FIFO `tx` thread (anything queued after them, such
+    as the "prefilled" notice, goes out after them), so the next forward overlaps this one's last send.
     """
-    if not layerwise:  # Basic (paper §7.1): the whole KV into HBM, then the forward, then the transfer
-        for layer in range(layers):
-            load(layer)
-        for layer in range(layers):
-            compute(layer)
-        for layer in range(layers):
-            send(layer)
-        return
-    pipe = LayerwisePipeline(layers)
     events: queue.Queue[tuple[str, int, BaseException | None]] = queue.Queue()
 
     def background(kind: str, fn: Callable[[int], None], layer: int) -> None:
@@ -264,7 +272,18 @@ def run_pipeline(
             fn(layer)
             events.put((kind, layer, None))
         except BaseException as error:  # surfaced on the worker thread, never lost in a pool
+            traceback.print_exc()  # a send that fails after the forward returned is at least logged
             events.put((kind, layer, error))
+
+    if not layerwise:  # Basic (paper §7.1): the whole KV into HBM, then the forward, then the transfer
+        for layer in range(layers):
+            load(layer)
+        for layer in range(layers):
+            compute(layer)
+        for layer in range(layers):
+            tx.submit(background, "sent", send, layer)
+        return
+    pipe = LayerwisePipeline(layers)
 
     def issue(ops: list[LayerOp]) -> None:
         for op in ops:
@@ -276,7 +295,8 @@ def run_pipeline(
                 events.put(("compute", op.layer, None))
 
     issue(pipe.start())
-    while not pipe.done:
+    computed = 0
+    while computed < layers:  # the last sends finish on `tx` while the next forward starts
         kind, layer, error = events.get()
         if error is not None:
             raise error
@@ -284,6 +304,7 @@ def run_pipeline(
             issue(pipe.on_loaded(layer))
         elif kind == "compute":
             compute(layer)
+            computed += 1
             issue(pipe.on_computed(layer))
         else:
             issue(pipe.on_sent(layer))

@@ -267,6 +267,8 @@ class ClusterScheduler:
             "effective_hit_tokens": message.get("hit_tokens", live.request.hit_tokens),
             "pe": live.request.pe_engine,
             "de": live.request.de_engine,
+            # seconds since the request reached the API: assigned, read_end, prefill_start/end, decode_start, ...
+            "times_s": {k: v - live.api.arrival_s for k, v in sorted(message.get("times", {}).items())},
         }
         live.chunks.put_nowait(TokenChunk(token_ids=(), finish_reason="length", info=info))
 
