@@ -13,7 +13,8 @@ i.e. rate = (hit bytes the trace reads) / (3 x Oracle JCT), both measured by a f
 machine (CPU speed differs between machines; the ratio is what the experiment is about). The CNIC keeps the
 paper's ratio (node CNICs = 8 x SNIC, §2.3). Oracle's own JCT does not depend on the rates (it skips all I/O
 time), so that first run is also the Oracle row; Basic and DualPath then replay the same trace, each on a
-fresh cluster with an empty KV store. A SNIC's utilisation is its bytes read over (its rate x the time the
+fresh cluster with an empty KV store. Every mode runs `--repeat` times (interleaved) and the means are
+reported, since the host may be shared. A SNIC's utilisation is its bytes read over (its rate x the time the
 node had reads waiting or in flight).
 
     python benchmarks/runtime_paths.py [--json] [--agents N] [--rounds R] [--context-scale F]
@@ -34,16 +35,24 @@ STORAGE_GAIN = 3.0  # (P + D) / P SNICs for local-1p2d: the theoretical gain the
 CNIC_PER_SNIC = 8.0  # node CNICs together = 8 x the SNIC (paper §2.3: 8 x 400 Gbps vs 1 x 400 Gbps)
 
 
-def mode_result(summary: dict) -> dict:
+def mode_result(summaries: list[dict]) -> dict:
+    """Means over repeated runs of one mode (the host is shared; one run can catch a busy moment)."""
+
+    def mean(values: list[float]) -> float:
+        return sum(values) / len(values)
+
+    nodes = sorted(summaries[0]["snic"])
+    utils = [snic_utilisation(s) for s in summaries]
     return {
-        "jct_s": summary["jct_s"],
-        "ttft_mean_s": summary["ttft_s"]["mean"],
-        "ttft_p90_s": summary["ttft_s"]["p90"],
-        "tpot_mean_s": summary["tpot_s"]["mean"],
-        "tokens_per_s": summary["tokens_per_s"],
-        "snic_utilisation": snic_utilisation(summary),
-        "snic_read_bytes": {node: d["rx"] for node, d in summary["snic"].items()},
-        "read_sides": summary["read_sides"],
+        "jct_s": mean([s["jct_s"] for s in summaries]),
+        "ttft_mean_s": mean([s["ttft_s"]["mean"] for s in summaries]),
+        "ttft_p90_s": mean([s["ttft_s"]["p90"] for s in summaries]),
+        "tpot_mean_s": mean([s["tpot_s"]["mean"] for s in summaries]),
+        "tokens_per_s": mean([s["tokens_per_s"] for s in summaries]),
+        "snic_utilisation": {n: mean([u[n] for u in utils]) for n in nodes},
+        "snic_read_bytes": {n: mean([s["snic"][n]["rx"] for s in summaries]) for n in nodes},
+        "read_sides": summaries[0]["read_sides"],
+        "runs_jct_s": [s["jct_s"] for s in summaries],
     }
 
 
@@ -54,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--context-scale", type=float, default=1 / 32)
     parser.add_argument("--dataset", default="64k")
+    parser.add_argument("--repeat", type=int, default=2, help="runs per mode; results are means (default 2)")
     args = parser.parse_args(argv)
     options = BenchOptions(
         dataset=args.dataset, agents=args.agents, max_rounds=args.rounds, context_scale=args.context_scale
@@ -62,21 +72,27 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     log = print if progress else (lambda *a, **k: None)
 
-    # Oracle moves its bytes unpaced, so its JCT does not depend on the link rates: one run serves both as
-    # the calibration and as the Oracle row.
-    oracle = run_mode("oracle", options, progress=progress)
-    hit_bytes = sum(d["rx"] for d in oracle["snic"].values())
-    snic_rate = hit_bytes / (STORAGE_GAIN * oracle["jct_s"])
+    # Oracle moves its bytes unpaced, so its JCT does not depend on the link rates: its first run serves both
+    # as the calibration and as an Oracle run.
+    runs: dict[str, list[dict]] = {
+        "basic": [],
+        "dualpath": [],
+        "oracle": [run_mode("oracle", options, progress=progress)],
+    }
+    first = runs["oracle"][0]
+    hit_bytes = sum(d["rx"] for d in first["snic"].values())
+    snic_rate = hit_bytes / (STORAGE_GAIN * first["jct_s"])
     settings = [f"snic_bytes_per_s={snic_rate:.0f}", f"cnic_bytes_per_s={CNIC_PER_SNIC * snic_rate:.0f}"]
     log(
-        f"oracle JCT {oracle['jct_s']:.2f} s, {hit_bytes / 1e6:.1f} MB of hits -> SNIC {snic_rate / 1e6:.2f} MB/s"
+        f"oracle JCT {first['jct_s']:.2f} s, {hit_bytes / 1e6:.1f} MB of hits -> SNIC {snic_rate / 1e6:.2f} MB/s"
     )
-
-    modes = {"oracle": mode_result(oracle)}
-    for mode in ("basic", "dualpath"):
-        modes[mode] = mode_result(run_mode(mode, options, settings=settings, progress=progress))
-        log(f"{mode:9s} JCT {modes[mode]['jct_s']:.2f} s  SNIC {modes[mode]['snic_utilisation']}")
-    modes = {m: modes[m] for m in ("basic", "dualpath", "oracle")}
+    for repeat in range(args.repeat):
+        for mode in ("basic", "dualpath", "oracle"):
+            if mode == "oracle" and repeat == 0:
+                continue
+            runs[mode].append(run_mode(mode, options, settings=settings, progress=progress))
+            log(f"{mode:9s} JCT {runs[mode][-1]['jct_s']:.2f} s")
+    modes = {mode: mode_result(runs[mode]) for mode in ("basic", "dualpath", "oracle")}
 
     out = {
         "machine": {

@@ -36,7 +36,7 @@ from dualpath.transfer import BlockWrite, ReadResult, WriteJob
 from dualpath.transfer.types import Notice
 
 _ALLOC_RETRY_S = 0.005
-_IDLE_WAIT_S = 0.005
+_IDLE_WAIT_S = 0.002  # with nothing to decode, wait this long for an arrival (or a persist to land)
 
 
 @dataclass
@@ -196,7 +196,7 @@ class DecodeEngine:
         running: list[Sequence] = []
         draining: list[Sequence] = []
         while not self._stop.is_set():
-            self._take_arrivals(running, block=not running and not draining)
+            self._take_arrivals(running, block=not running)  # never spin while persists drain
             if running:
                 self._step(running)
             for seq in [s for s in running if s.generated >= s.max_tokens]:
