@@ -74,6 +74,9 @@ class DecodeChanged:
 class TokenMilestone:
     request: Request
     token_index: int  # 1, 2, or gen_tokens (the last)
+    # Decode steps before `now_s` at which the token came out: a driver that runs several decode
+    # steps at once learns of a second token late and back-dates it (0: produced now).
+    steps_before_now: int = 0
 
 
 @dataclass(frozen=True, kw_only=True)

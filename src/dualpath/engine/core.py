@@ -388,13 +388,20 @@ class ClusterCore:
     def decode_steps_to_next_event(self, node_id: int) -> int:
         return self.de_nodes[node_id].steps_to_next_event()
 
+    def decode_steps_to_next_batch_change(self, node_id: int) -> int:
+        """Steps until a last token; tokens of interest before it come out of `advance_decode` late,
+        their milestones back-dated (`TokenMilestone.steps_before_now`), their persists started then."""
+        return self.de_nodes[node_id].steps_to_next_batch_change()
+
     def advance_decode(self, node_id: int, steps: int, now_s: float) -> list[Command]:
         out: list[Command] = []
-        for ev in self.de_nodes[node_id].advance(steps):
+        node = self.de_nodes[node_id]
+        for ev in node.advance(steps):
             request = ev.request
             assert request.de_engine is not None
             if ev.second_token:
-                out.append(TokenMilestone(request=request, token_index=2))
+                ago = node.steps_done - ev.step
+                out.append(TokenMilestone(request=request, token_index=2, steps_before_now=ago))
             if ev.persist_tokens and not self.mode.skip_io:
                 self._persists[request.request_id] = self._persists.get(request.request_id, 0) + 1
                 out.append(

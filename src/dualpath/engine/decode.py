@@ -36,6 +36,7 @@ class DecodeEngine:
 @dataclass(frozen=True, kw_only=True)
 class DecodeEvent:
     request: Request
+    step: int  # absolute step of the (first) event processed; earlier than now when advanced past it
     second_token: bool
     persist_tokens: int  # whole blocks that filled (0 if none)
     finished: bool
@@ -50,6 +51,7 @@ class DecodeNode:
     joining: list[Request] = field(default_factory=list)
     _heap: list[tuple[int, int, Request]] = field(default_factory=list)  # (event step, id, request)
     _join_step: dict[int, tuple[int, int]] = field(default_factory=dict)  # id -> (step, generated)
+    _finish_heap: list[tuple[int, int]] = field(default_factory=list)  # (last-token step, id)
 
     def engine(self, engine_id: int) -> DecodeEngine:
         return self.engines[engine_id - self.engines[0].engine_id]
@@ -67,6 +69,8 @@ class DecodeNode:
             e.ctx_base += request.kv_tokens - self.steps_done
             self._join_step[request.request_id] = (self.steps_done, request.generated_tokens)
             heapq.heappush(self._heap, (self._next_event_step(request), request.request_id, request))
+            last = self.steps_done + max(1, request.gen_tokens - request.generated_tokens)
+            heapq.heappush(self._finish_heap, (last, request.request_id))
         self.joining.clear()
         return bool(self._join_step)
 
@@ -77,15 +81,26 @@ class DecodeNode:
     def steps_to_next_event(self) -> int:
         return max(1, self._heap[0][0] - self.steps_done) if self._heap else 0
 
+    def steps_to_next_batch_change(self) -> int:
+        """Steps until a request's last token (the batch shrinks); 0 when nothing runs.
+
+        Second tokens and filled blocks do not change the batch: a driver may run past them and
+        process them late (`DecodeEvent.step` says when they happened).
+        """
+        return max(1, self._finish_heap[0][0] - self.steps_done) if self._finish_heap else 0
+
     def advance(self, steps: int) -> list[DecodeEvent]:
         self.steps_done += steps
         events: list[DecodeEvent] = []
         while self._heap and self._heap[0][0] <= self.steps_done:
-            _, rid, request = heapq.heappop(self._heap)
-            events.append(self._process(request))
+            step, rid, request = heapq.heappop(self._heap)
+            events.append(self._process(request, step))
+        finish = self._finish_heap
+        while finish and finish[0][0] <= self.steps_done:
+            heapq.heappop(finish)
         return events
 
-    def _process(self, request: Request) -> DecodeEvent:
+    def _process(self, request: Request, step: int) -> DecodeEvent:
         join_step, gen_at_join = self._join_step[request.request_id]
         before = request.generated_tokens
         request.generated_tokens = gen_at_join + self.steps_done - join_step
@@ -103,6 +118,7 @@ class DecodeNode:
             heapq.heappush(self._heap, (self._next_event_step(request), request.request_id, request))
         return DecodeEvent(
             request=request,
+            step=step,
             second_token=before < 2 <= request.generated_tokens,
             persist_tokens=persist,
             finished=finished,
