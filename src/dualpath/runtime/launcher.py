@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import BinaryIO
 
 import httpx
 
@@ -103,18 +104,22 @@ class ServeProcess:
         self._log_path = log_path
         self.process: subprocess.Popen[bytes] | None = None
         self.health: dict = {}
+        self._log: BinaryIO | None = None
 
     def __enter__(self) -> ServeProcess:
-        log = open(self._log_path, "ab") if self._log_path else subprocess.DEVNULL  # noqa: SIM115
+        self._log = open(self._log_path, "ab") if self._log_path else None  # noqa: SIM115 (closed in __exit__)
         env = dict(os.environ, PYTHONUNBUFFERED="1")
-        self.process = subprocess.Popen(self._args, stdout=log, stderr=subprocess.STDOUT, env=env)
+        out = self._log if self._log is not None else subprocess.DEVNULL
+        self.process = subprocess.Popen(self._args, stdout=out, stderr=subprocess.STDOUT, env=env)
         try:
             self.health = wait_healthy(self.url, self._timeout_s, self.process)
         except BaseException:
-            stop_process(self.process)
+            self.__exit__()
             raise
         return self
 
     def __exit__(self, *exc: object) -> None:
         if self.process is not None:
             stop_process(self.process)
+        if self._log is not None:
+            self._log.close()
