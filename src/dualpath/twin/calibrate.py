@@ -1,0 +1,398 @@
+"""`dualpath calibrate`: measure the runtime's machine, fit the simulator's cost model, write a preset.
+
+NOTE: the twin's step one. The simulator predicts the runtime only if its coefficients describe the
+runtime's machine, so this module times what the node processes run (the tiny model's `prefill_layer`
+and `decode_step`, emulated SNIC/CNIC, shared-memory writes with notices, ZeroMQ control messages,
+`FileStore` reads and writes) and fits them with the GPU cost model's own forms (`calibration_fit`).
+The output is one TOML file:
+
+    [meta]          machine, date, torch threads, duration
+    [model]         preset = the cluster's model preset
+    [hardware]      a HardwareSpec table: a "GPU" = one engine, achieved NIC rates, memcpy DRAM rate
+    [cost]          CostCoefficients.to_dict()  ->  CostModel.from_dict(model, cost)
+    [overheads]     per-transfer and round-trip fixed times the cost model has no field for
+    [fit]           max / mean relative error of each fitted form against its own points
+    [measurements]  every raw point, so `fit_measurements` can refit without measuring again
+
+`load_calibration(path)` reads it back into a `Calibration`.
+"""
+
+from __future__ import annotations
+
+import datetime
+import platform
+import statistics
+import time
+import tomllib
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from dualpath.config.coerce import ConfigError, build
+from dualpath.config.loader import load_model
+from dualpath.config.specs import GpuSpec, HardwareSpec, ModelSpec
+from dualpath.config.validate import validate
+from dualpath.model import arch
+from dualpath.runtime.cluster import RuntimeClusterSpec
+from dualpath.sim.cost import CostModel
+from dualpath.sim.rates import HBM_NON_KV_FRACTION
+from dualpath.twin.calibration_fit import (
+    DecodePoint,
+    FitQuality,
+    LineFit,
+    PrefillPoint,
+    fit_cost_coefficients,
+    fit_line,
+)
+from dualpath.twin.calibration_io import SizedTimes
+from dualpath.twin.calibration_toml import dumps
+
+Tick = Callable[[str], None]
+
+# There is no PCIe hop on the CPU runtime: the "H2D" into the DE's KV cache is an in-memory copy that the
+# DRAM rate already covers, so PCIe is set far above every other link and never binds.
+CPU_PCIE_BYTES_PER_S = 1e15
+CALIBRATION_FORMAT = 1
+
+
+class CalibrationError(ValueError):
+    """A calibration file that cannot be used; the message says what is wrong."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class CalibrationOverheads:
+    """Fixed times the cost model has no field for; the twin's driver adds them where the runtime pays."""
+
+    snic_transfer_s: float  # per transfer on the emulated SNIC (RateLimiter wake-ups), beside bytes / rate
+    cnic_transfer_s: float  # the same on the emulated CNIC
+    shm_write_s: float  # SharedMemoryBackend: fixed part of one write + its completion notice
+    shm_write_bytes_per_s: float  # its copy rate (unpaced)
+    notice_round_trip_s: float  # two data-less notices, there and back (e.g. pull -> hit_layer)
+    control_round_trip_s: float  # a control message to the scheduler (ZeroMQ, TCP loopback) and its answer
+    store_read_op_s: float  # FileStore: fixed part of one read (open, pread, crc32)
+    store_write_op_s: float  # FileStore: fixed part of one atomic put (temp file, fsync, rename)
+    store_write_bytes_per_s: float  # FileStore write rate (reads: hardware.storage_bytes_per_s)
+    prefill_head_s: float  # embedding + LM head per PE forward (median over prompt lengths)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Calibration:
+    hardware: HardwareSpec
+    model: ModelSpec
+    cost_model: CostModel
+    overheads: CalibrationOverheads
+    fit_report: dict[str, FitQuality]
+    parameters: dict[str, float] = field(default_factory=dict)  # fitted numbers behind the curves
+    measurements: dict[str, Any] = field(default_factory=dict)
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+# ---- measuring ------------------------------------------------------------------------------------
+
+
+def measure(
+    cluster: RuntimeClusterSpec, *, quick: bool, threads: int, tick: Tick, store_dir: Path | None = None
+) -> dict[str, Any]:
+    """Every raw measurement for `cluster` on this machine, as plain lists (the [measurements] table)."""
+    import torch
+
+    from dualpath.runtime.model_host import build_model
+    from dualpath.twin import calibration_io as io
+    from dualpath.twin import calibration_model as cm
+
+    grid = cm.QUICK_GRID if quick else cm.FULL_GRID
+    previous_threads = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        model = build_model(cluster.model, device=cluster.device, seed=cluster.seed)
+        generator = torch.Generator().manual_seed(cluster.seed)
+        prefill = cm.measure_prefill_layer(model, grid, generator, tick)
+        decode = cm.measure_decode_step(model, grid, generator, tick, block_tokens=cluster.block_tokens)
+        head = cm.measure_forward_head(model, grid, generator, tick)
+        weight_read = cm.measure_weight_read_bytes_per_s(model, grid.repeats, tick)
+    finally:
+        torch.set_num_threads(previous_threads)
+    row_bytes = model.config.kv_bytes_per_token_per_layer
+    layers = model.config.num_layers
+    layer_block = cluster.block_tokens * row_bytes
+    full_block = layers * layer_block
+    request_layer = 1024 * row_bytes  # one layerwise transfer of a 1K-token request
+    repeats = 3 if quick else 7
+    snic = io.measure_link(
+        cluster.snic_bytes_per_s, (layer_block, full_block, request_layer), repeats, tick, "snic"
+    )
+    cnic = io.measure_link(
+        cluster.cnic_bytes_per_s,
+        (layer_block, full_block, request_layer, 4 * request_layer),
+        repeats,
+        tick,
+        "cnic",
+    )
+    shm, notice_rtt = io.measure_shm_write(
+        (layer_block, full_block, request_layer, 4 * request_layer), repeats, tick
+    )
+    control_rtt = io.measure_control_round_trip(repeats, tick)
+    memcpy = io.measure_memcpy_bytes_per_s(64 * 2**20, repeats, tick)
+    store = io.measure_file_store(
+        num_layers=layers,
+        layer_block_bytes=(layer_block, 4 * layer_block, 16 * layer_block),
+        repeats=5 if quick else 15,
+        tick=tick,
+        directory=store_dir,
+    )
+    return {
+        "cluster": {
+            "name": cluster.name,
+            "model": cluster.model,
+            "block_tokens": cluster.block_tokens,
+            "engines_per_node": cluster.engines_per_node,
+            "dram_buffer_bytes": cluster.dram_buffer_bytes,
+            "hbm_tokens": cluster.hbm_tokens,
+            "snic_bytes_per_s": cluster.snic_bytes_per_s,  # configured (the emulation's target)
+            "cnic_bytes_per_s": cluster.cnic_bytes_per_s,
+        },
+        "prefill_layer": {
+            "cached_tokens": [p.cached_tokens for p in prefill],
+            "new_tokens": [p.new_tokens for p in prefill],
+            "time_s": [p.time_s for p in prefill],
+        },
+        "decode_step": {
+            "batch_size": [p.batch_size for p in decode],
+            "context_tokens": [p.context_tokens for p in decode],
+            "time_s": [p.time_s for p in decode],
+        },
+        "forward_head": {"new_tokens": [n for n, _ in head], "time_s": [t for _, t in head]},
+        "weight_read_bytes_per_s": weight_read,
+        "memcpy_bytes_per_s": memcpy,
+        "snic": snic.to_dict(),
+        "cnic": cnic.to_dict(),
+        "shm_write": shm.to_dict(),
+        "notice_round_trip_s": notice_rtt,
+        "control_round_trip_s": control_rtt,
+        "store_write": store.write.to_dict(),
+        "store_read": store.read.to_dict(),
+    }
+
+
+# ---- fitting --------------------------------------------------------------------------------------
+
+
+def fit_measurements(
+    model: ModelSpec, measurements: Mapping[str, Any], *, meta: Mapping[str, Any] | None = None
+) -> Calibration:
+    """A `Calibration` from raw measurements alone (what `calibrate` writes, or a refit of an old file)."""
+    m = measurements
+    prefill = [
+        PrefillPoint(cached_tokens=int(c), new_tokens=int(n), time_s=float(t))
+        for c, n, t in zip(
+            m["prefill_layer"]["cached_tokens"],
+            m["prefill_layer"]["new_tokens"],
+            m["prefill_layer"]["time_s"],
+            strict=True,
+        )
+    ]
+    decode = [
+        DecodePoint(batch_size=int(b), context_tokens=int(c), time_s=float(t))
+        for b, c, t in zip(
+            m["decode_step"]["batch_size"],
+            m["decode_step"]["context_tokens"],
+            m["decode_step"]["time_s"],
+            strict=True,
+        )
+    ]
+    coefficients, report, parameters = fit_cost_coefficients(
+        model, prefill, decode, weight_read_bytes_per_s=float(m["weight_read_bytes_per_s"])
+    )
+    fits = {name: _line(m[name]) for name in ("snic", "cnic", "shm_write", "store_read", "store_write")}
+    for name, line in fits.items():
+        report[name] = line.quality
+    overheads = CalibrationOverheads(
+        snic_transfer_s=fits["snic"].fixed_s,
+        cnic_transfer_s=fits["cnic"].fixed_s,
+        shm_write_s=fits["shm_write"].fixed_s,
+        shm_write_bytes_per_s=fits["shm_write"].rate_per_s,
+        notice_round_trip_s=statistics.median(m["notice_round_trip_s"]),
+        control_round_trip_s=statistics.median(m["control_round_trip_s"]),
+        store_read_op_s=fits["store_read"].fixed_s,
+        store_write_op_s=fits["store_write"].fixed_s,
+        store_write_bytes_per_s=fits["store_write"].rate_per_s,
+        prefill_head_s=statistics.median(m["forward_head"]["time_s"]),
+    )
+    hardware = _hardware(model, m, coefficients.bf16_flops_per_s, coefficients.linear_flops_per_s,
+                         snic=fits["snic"].rate_per_s, cnic=fits["cnic"].rate_per_s,
+                         storage=fits["store_read"].rate_per_s)  # fmt: skip
+    return Calibration(
+        hardware=hardware,
+        model=model,
+        cost_model=CostModel(model, coefficients),
+        overheads=overheads,
+        fit_report=report,
+        parameters=parameters,
+        measurements=dict(measurements),
+        meta=dict(meta or {}),
+    )
+
+
+def _line(d: Mapping[str, Any]) -> LineFit:
+    sized = SizedTimes.from_dict(d)
+    return fit_line(sized.sizes_bytes, sized.times_s)
+
+
+def _hardware(
+    model: ModelSpec,
+    m: Mapping[str, Any],
+    bf16: float,
+    linear: float,
+    *,
+    snic: float,
+    cnic: float,
+    storage: float,
+) -> HardwareSpec:
+    c = m["cluster"]
+    # The DE's "HBM" holds `hbm_tokens` of KV beside the weights, after the simulator's non-KV share
+    # (sim.rates.hbm_kv_tokens inverts this), so the simulated DE admits what the runtime's does.
+    hbm_bytes = (c["hbm_tokens"] * arch.kv_bytes_per_token(model) + arch.weight_bytes(model)) / (
+        1 - HBM_NON_KV_FRACTION
+    )
+    gpu = GpuSpec(
+        name="cpu-calibrated",
+        peak_bf16_flops_per_s=bf16,  # fitted attention rate (the cost model's attention peak)
+        peak_fp8_flops_per_s=linear,  # no FP8 on a CPU: the fitted linear rate
+        hbm_bytes=hbm_bytes,
+        hbm_bytes_per_s=float(m["weight_read_bytes_per_s"]),
+    )
+    hardware = HardwareSpec(
+        name=f"cpu-calibrated-{c['name']}",
+        gpu=gpu,
+        gpus_per_node=int(c["engines_per_node"]),  # one engine per node process = one "GPU"
+        cnic_bytes_per_s=cnic,
+        snic_bytes_per_s=snic,
+        dram_bytes_per_s=float(m["memcpy_bytes_per_s"]),
+        pcie_bytes_per_s=CPU_PCIE_BYTES_PER_S,
+        dram_buffer_bytes=float(c["dram_buffer_bytes"]),
+        storage_bytes_per_s=storage,
+    )
+    validate(hardware)
+    return hardware
+
+
+# ---- the preset file ------------------------------------------------------------------------------
+
+
+def calibration_document(calibration: Calibration) -> dict[str, Any]:
+    return {
+        "meta": {"format": CALIBRATION_FORMAT, **calibration.meta},
+        "model": {"preset": calibration.model.name},
+        "hardware": asdict(calibration.hardware),
+        "cost": calibration.cost_model.to_dict(),
+        "overheads": asdict(calibration.overheads),
+        "fit": {
+            **{name: q.to_dict() for name, q in calibration.fit_report.items()},
+            "parameters": dict(calibration.parameters),
+        },
+        "measurements": calibration.measurements,
+    }
+
+
+_COMMENTS = {
+    "hardware.pcie_bytes_per_s": "no PCIe on the CPU runtime: the H2D is a memcpy; set far above every link",
+    "hardware.dram_bytes_per_s": "measured memcpy, counted half-duplex (read + write bytes)",
+    "hardware.snic_bytes_per_s": "achieved by the emulated SNIC (RateLimiter) at the configured rate",
+    "hardware.cnic_bytes_per_s": "achieved by the emulated CNIC (RateLimiter) at the configured rate",
+    "hardware.storage_bytes_per_s": "measured FileStore read rate (page cache warm)",
+    "hardware.dram_buffer_bytes": "from the runtime cluster file",
+    "hardware.gpus_per_node": "one engine per node process",
+    "hardware.gpu.hbm_bytes": "the DE's KV capacity (hbm_tokens) + weights, over the simulator's KV share",
+    "hardware.gpu.hbm_bytes_per_s": "measured weight streaming rate",
+}
+
+
+def write_calibration(calibration: Calibration, path: Path) -> None:
+    header = (
+        "DualPath calibration preset, written by `dualpath calibrate` (docs/twin.md).\n"
+        "Load it with dualpath.twin.load_calibration; every number was measured on [meta].machine."
+    )
+    text = dumps(calibration_document(calibration), header=header, comments=_COMMENTS)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+def load_calibration(path: str | Path) -> Calibration:
+    """Read a calibration preset back: specs, the fitted cost model, overheads and the fit report."""
+    path = Path(path)
+    try:
+        doc = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise CalibrationError(f"no calibration file {str(path)!r}") from None
+    except tomllib.TOMLDecodeError as error:
+        raise CalibrationError(f"{path} is not valid TOML: {error}") from None
+    missing = [s for s in ("model", "hardware", "cost", "overheads") if s not in doc]
+    if missing:
+        raise CalibrationError(f"{path}: missing section(s) {', '.join(missing)}; rerun `dualpath calibrate`")
+    try:
+        model = load_model(doc["model"]["preset"])
+        hardware = build(HardwareSpec, doc["hardware"], path="hardware")
+        validate(hardware)
+        cost_model = CostModel.from_dict(model, doc["cost"])
+        known = {f.name for f in fields(CalibrationOverheads)}
+        overheads = CalibrationOverheads(**{k: float(v) for k, v in doc["overheads"].items() if k in known})
+    except (ConfigError, KeyError, TypeError, ValueError) as error:
+        raise CalibrationError(f"{path}: {error}") from None
+    fit = dict(doc.get("fit", {}))
+    parameters = {k: float(v) for k, v in fit.pop("parameters", {}).items()}
+    return Calibration(
+        hardware=hardware,
+        model=model,
+        cost_model=cost_model,
+        overheads=overheads,
+        fit_report={name: FitQuality.from_dict(q) for name, q in fit.items()},
+        parameters=parameters,
+        measurements=doc.get("measurements", {}),
+        meta=doc.get("meta", {}),
+    )
+
+
+# ---- the whole run --------------------------------------------------------------------------------
+
+
+def calibrate(
+    cluster: RuntimeClusterSpec,
+    *,
+    quick: bool = False,
+    threads: int = 1,
+    tick: Tick | None = None,
+    store_dir: Path | None = None,
+) -> Calibration:
+    """Measure and fit. `threads`: torch threads, 1 by default as in a node process (runtime/node.py)."""
+    started = time.perf_counter()
+    measurements = measure(
+        cluster, quick=quick, threads=threads, tick=tick or (lambda _: None), store_dir=store_dir
+    )
+    import torch
+
+    meta = {
+        "machine": f"{platform.node()} {platform.machine()} {platform.processor() or platform.system()}".strip(),
+        "cpu_count": _cpu_count(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "torch_threads": threads,
+        "quick": quick,
+        "cluster": cluster.name,
+        "duration_s": time.perf_counter() - started,
+    }
+    return fit_measurements(load_model(cluster.model), measurements, meta=meta)
+
+
+def _cpu_count() -> int:
+    import os
+
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def num_steps(quick: bool) -> int:
+    """Progress-bar total: one tick per measured shape or link."""
+    from dualpath.twin.calibration_model import FULL_GRID, QUICK_GRID
+
+    return (QUICK_GRID if quick else FULL_GRID).num_points() + 20
