@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
     from dualpath.config.loader import load_cluster, spec_to_dict
     from dualpath.engine.modes import MODES
     from dualpath.policy.read_path import READ_PATH_POLICIES
-    from dualpath.sim.agents import load_trajectories
+    from dualpath.sim.agents import load_trajectories, scale_rounds
     from dualpath.sim.driver import SimConfig, Simulation
     from dualpath.sim.summary import summarise, write_outputs
 
@@ -57,10 +57,11 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--agents, --p and --d must be >= 1")
     if (args.aps is None) != (args.duration is None) and args.aps is not None and args.aps <= 0:
         raise UserError("--aps must be > 0")
+    cluster_sets, scales = _split_workload_sets(args.set, UserError)
     try:
         cluster = load_cluster(hardware=args.hardware, model=args.model, num_prefill_nodes=args.p,
-                               num_decode_nodes=args.d, overrides=args.set)  # fmt: skip
-        trajectories = load_trajectories(args.dataset, args.agents, args.seed)
+                               num_decode_nodes=args.d, overrides=cluster_sets)  # fmt: skip
+        trajectories = scale_rounds(load_trajectories(args.dataset, args.agents, args.seed), **scales)
     except (ConfigError, ValueError, FileNotFoundError) as error:
         raise UserError(str(error)) from None
     config = SimConfig(cluster=cluster, mode=args.mode, read_path=args.read_path, aps=args.aps,
@@ -82,6 +83,32 @@ def run(args: argparse.Namespace) -> int:
     else:
         _table(summary)
     return 0
+
+
+WORKLOAD_SETS = ("append_scale", "gen_scale")  # paper Fig. 9: appends / generations scaled by X
+
+
+def _split_workload_sets(items: list[str], error: Any) -> tuple[list[str], dict[str, float]]:
+    """`--set workload.append_scale=X` / `workload.gen_scale=X` scale the replayed rounds; the rest
+    are cluster fields."""
+    cluster, scales = [], {}
+    for item in items:
+        key, _, value = item.partition("=")
+        if not key.startswith("workload."):
+            cluster.append(item)
+            continue
+        name = key.removeprefix("workload.")
+        if name not in WORKLOAD_SETS:
+            raise error(
+                f"unknown --set {key!r}; workload keys: {', '.join('workload.' + k for k in WORKLOAD_SETS)}"
+            )
+        try:
+            scales[name] = float(value)
+        except ValueError:
+            raise error(f"--set {key}: {value!r} is not a number") from None
+        if scales[name] <= 0:
+            raise error(f"--set {key} must be > 0")
+    return cluster, scales
 
 
 def _progress_bar(sim: Any) -> Any:

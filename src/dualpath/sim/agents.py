@@ -64,6 +64,17 @@ def load_trajectories(dataset: str, count: int, seed: int) -> list[list[Round]]:
     return [[(r.append_tokens, r.generated_tokens) for r in t.rounds] for t in agents]
 
 
+def scale_rounds(
+    trajectories: Sequence[Sequence[Round]], *, append_scale: float = 1.0, gen_scale: float = 1.0
+) -> list[list[Round]]:
+    """Every round's append and generated tokens times a factor (paper Fig. 9), rounded, at least 1."""
+    if append_scale == 1.0 and gen_scale == 1.0:
+        return [list(t) for t in trajectories]
+    return [
+        [(max(1, round(a * append_scale)), max(1, round(g * gen_scale))) for a, g in t] for t in trajectories
+    ]
+
+
 @dataclass
 class Agent:
     agent_id: int

@@ -22,7 +22,7 @@ from dualpath.engine import commands as cmd
 from dualpath.engine.core import ClusterCore, CoreConfig
 from dualpath.engine.modes import get_mode
 from dualpath.model import arch
-from dualpath.policy.decisions import DecisionLog
+from dualpath.policy.decisions import Assignment, DecisionLog
 from dualpath.sim.agents import Agent, Round
 from dualpath.sim.cost import gpu_cost_model
 from dualpath.sim.kernel import Simulator
@@ -55,6 +55,12 @@ class RequestTimes:
     pe_read_tokens: int = 0
     de_read_tokens: int = 0
     arrival_s: float = math.nan
+    scheduled_s: float = math.nan  # assigned to a (PE, DE) pair
+    read_start_s: float = math.nan  # its first storage read started
+    read_end_s: float = math.nan  # its last storage read finished
+    prefill_start_s: float = math.nan  # its first forward started
+    pe_engine: int = -1
+    de_engine: int = -1
     first_token_s: float = math.nan
     second_token_s: float = math.nan
     last_token_s: float = math.nan
@@ -128,6 +134,7 @@ class SimOutcome:
     log: DecisionLog
     core: ClusterCore
     queue_samples: list[tuple[float, int, float]] = field(default_factory=list)  # (t, waiting, Mtokens)
+    attention_ratios: list[float] = field(default_factory=list)  # per PE step: max/mean GPU attention
 
     def topology_links(self) -> dict[str, Link]:
         return self.topology.links
@@ -179,6 +186,8 @@ class Simulation:
         self._touched: dict[_WritePipe, None] = {}
         self._agent_of: dict[int, Agent] = {}
         self._samples: list[tuple[float, int, float]] = []
+        self._attention_ratios: list[float] = []
+        self._assigned = 0  # log entries already looked at for assignment times
         self._handlers: dict[type, Callable] = {  # type: ignore[type-arg]
             cmd.StartRead: self._read,
             cmd.StartPrefillStep: self._start_step,
@@ -198,7 +207,7 @@ class Simulation:
             self.sim.schedule(0.0, self._sample, priority=2)
         self.sim.run(until_s=self.config.duration_s)
         return SimOutcome(self.agents, self.times, self.sim.now_s, self.sim.events_processed, self.topo,
-                          self.log, self.core, self._samples)  # fmt: skip
+                          self.log, self.core, self._samples, self._attention_ratios)  # fmt: skip
 
     def _sample(self) -> None:
         reading = sum(r.read_q_tokens for r in self.core.readers.values()) / 1e6
@@ -225,7 +234,14 @@ class Simulation:
 
     def _fetch(self) -> None:
         self._fetch_pending = False
-        self._do(self.core.fetch(self.sim.now_s))
+        commands = self.core.fetch(self.sim.now_s)
+        entries = self.log.entries
+        for a in entries[self._assigned :]:  # the decisions this fetch logged
+            if isinstance(a, Assignment):
+                t = self.times[a.request_id]
+                t.scheduled_s, t.pe_engine, t.de_engine = self.sim.now_s, a.pe_engine, a.de_engine
+        self._assigned = len(entries)
+        self._do(commands)
 
     # ---- agents --------------------------------------------------------------------------------
     def _arrivals(self, rng: np.random.Generator) -> None:
@@ -270,10 +286,14 @@ class Simulation:
 
     # ---- storage, H2D, persistence ---------------------------------------------------------------
     def _read(self, c: cmd.StartRead) -> None:
+        t = self.times[c.request.request_id]
+        if math.isnan(t.read_start_s):
+            t.read_start_s = self.sim.now_s
         self.net.start_flow(c.tokens * self.kv_bytes, self.topo.read(c.node_id), LOW, self._read_done,
                             c.node_id, c.request.request_id)  # fmt: skip
 
     def _read_done(self, node: int, request_id: int) -> None:
+        self.times[request_id].read_end_s = self.sim.now_s  # the last part's end stays
         self._do(self.core.on_read_done(node, request_id, self.sim.now_s))
         self._poke()
 
@@ -322,6 +342,13 @@ class Simulation:
     # ---- prefill: one step event per node, flows per hop, pipeline in closed form ----------------
     def _start_step(self, c: cmd.StartPrefillStep) -> None:
         per_gpu = [[(i.cached_tokens, i.new_tokens) for i in batch] for batch in c.batches]
+        now = self.sim.now_s
+        for batch in c.batches:
+            for i in batch:
+                t = self.times[i.request.request_id]
+                if math.isnan(t.prefill_start_s):
+                    t.prefill_start_s = now
+        self._attention_balance(per_gpu)
         step = _Step(c, self.sim.now_s, self.cost.prefill_forward_time_s(per_gpu),
                      self.cost.prefill_layer_time_s(per_gpu, self.cluster.model.num_layers - 1))  # fmt: skip
         self._steps[c.node_id] = step
@@ -335,6 +362,13 @@ class Simulation:
             self._start_outs(step)
         if not step.loads:
             self._loads_finished(step)
+
+    def _attention_balance(self, per_gpu: list[list[tuple[int, int]]]) -> None:
+        """Paper Fig. 14: max over the node's GPUs of attention time / the mean, for this step."""
+        attention = [self.cost.attention_layer_time_s(b) if b else 0.0 for b in per_gpu]
+        mean = sum(attention) / len(attention)
+        if mean > 0:
+            self._attention_ratios.append(max(attention) / mean)
 
     def _hops(self, c: cmd.StartPrefillStep, kind: str) -> list[tuple[float, tuple]]:  # type: ignore[type-arg]
         """One flow per (engine, source or destination) pair: bytes of all layers and requests."""

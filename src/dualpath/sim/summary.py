@@ -1,115 +1,177 @@
 """The `simulate --json` object and the `-o DIR` files, from a finished simulation.
 
-Minimal local metrics code: `dualpath.metrics` (shared RequestRecord, writers, plots) had not landed
-when this was written; switch to it when it does.
+Records, latency statistics, SLO attainment, SNIC balance and the writers come from the shared
+`dualpath.metrics` library (the runtime reports through the same code), so the simulator and the
+runtime define TTFT, TTST (second token − first token), TPOT and SLO attainment once.
 """
 
 from __future__ import annotations
 
-import csv
 import json
 import math
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from dualpath.sim.driver import SimOutcome
+from dualpath.metrics import (
+    RequestRecord,
+    slo_attainment,
+    snic_max_over_avg,
+    summarize_latencies,
+    write_records_jsonl,
+    write_time_series_csv,
+)
+from dualpath.sim.driver import RequestTimes, SimOutcome
 from dualpath.sim.links import resample_utilisation
 
-TTFT_SLO_S = 4.0  # paper §7.1
-TPOT_SLO_S = 0.050  # paper §7.1
+# TTFT components, in order; consecutive stamps of a request, so they sum to its TTFT.
+TTFT_PARTS = ("schedule_wait", "read_wait", "read", "prefill_wait", "prefill")
 
 
-def stats(values: list[float]) -> dict[str, float]:
-    v = np.asarray([x for x in values if not math.isnan(x)], dtype=float)
-    if v.size == 0:
-        return {"mean": math.nan, "p50": math.nan, "p90": math.nan, "p99": math.nan}
-    p50, p90, p99 = np.percentile(v, [50, 90, 99])
-    return {"mean": float(v.mean()), "p50": float(p50), "p90": float(p90), "p99": float(p99)}
+def _opt(x: float) -> float | None:
+    return None if math.isnan(x) else x
+
+
+def to_record(request_id: int, r: RequestTimes) -> RequestRecord:
+    side = "none"
+    if r.pe_read_tokens and r.de_read_tokens:
+        side = "split"
+    elif r.pe_read_tokens:
+        side = "pe"
+    elif r.de_read_tokens:
+        side = "de"
+    return RequestRecord(
+        request_id=request_id,
+        trajectory_id=r.agent,
+        round_index=r.round_index,
+        prompt_tokens=r.prompt_tokens,
+        hit_tokens=r.hit_tokens,
+        generated_tokens=r.gen_tokens,
+        arrival_s=r.arrival_s,
+        scheduled_s=_opt(r.scheduled_s),
+        read_start_s=_opt(r.read_start_s),
+        read_end_s=_opt(r.read_end_s),
+        prefill_start_s=_opt(r.prefill_start_s),
+        prefill_end_s=_opt(r.first_token_s),
+        first_token_s=_opt(r.first_token_s),
+        second_token_s=_opt(r.second_token_s),
+        last_token_s=_opt(r.last_token_s),
+        read_side=side,  # type: ignore[arg-type]
+        pe_id=r.pe_engine if r.pe_engine >= 0 else None,
+        de_id=r.de_engine if r.de_engine >= 0 else None,
+    )
+
+
+def ttft_parts_s(r: RequestTimes) -> tuple[float, ...] | None:
+    """(schedule_wait, read_wait, read, prefill_wait, prefill) of one prefilled request.
+
+    A request without a storage read (no hit, or oracle) has zero read_wait and read; prefill_wait
+    covers the landing-space reservation and the PE's ready queue.
+    """
+    if math.isnan(r.first_token_s) or math.isnan(r.scheduled_s) or math.isnan(r.prefill_start_s):
+        return None
+    read_start = r.scheduled_s if math.isnan(r.read_start_s) else r.read_start_s
+    read_end = read_start if math.isnan(r.read_end_s) else r.read_end_s
+    stamps = (r.arrival_s, r.scheduled_s, read_start, read_end, r.prefill_start_s, r.first_token_s)
+    return tuple(b - a for a, b in zip(stamps, stamps[1:], strict=False))
+
+
+def ttft_breakdown_s(o: SimOutcome) -> dict[str, float] | None:
+    parts = [p for r in o.requests.values() if (p := ttft_parts_s(r)) is not None]
+    if not parts:
+        return None
+    return {name: sum(p[i] for p in parts) / len(parts) for i, name in enumerate(TTFT_PARTS)}
 
 
 def summarise(o: SimOutcome, *, offline: bool, wall_s: float) -> dict[str, Any]:
-    reqs = [r for r in o.requests.values() if not math.isnan(r.first_token_s)]
-    ttft = [r.first_token_s - r.arrival_s for r in reqs]
-    ttst = [r.second_token_s - r.arrival_s for r in reqs]
-    # TPOT: mean time per output token after the first, (last - first) / (gen - 1).
-    tpot = {id(r): (r.last_token_s - r.first_token_s) / (r.gen_tokens - 1) for r in reqs if r.gen_tokens > 1}
-    ok = sum(
-        1 for r, f in zip(reqs, ttft, strict=True) if f <= TTFT_SLO_S and tpot.get(id(r), 0.0) <= TPOT_SLO_S
-    )
+    records = [to_record(rid, r) for rid, r in sorted(o.requests.items())]
+    prefilled = [r for r in records if r.first_token_s is not None]
     finished = [a.end_s for a in o.agents if not math.isnan(a.end_s)]
-    snic = [n.snic_rx.bytes_carried(o.end_s) + n.snic_tx.bytes_carried(o.end_s) for n in o.topology.nodes]
-    out: dict[str, Any] = {
+    snic = {
+        str(i): n.snic_rx.bytes_carried(o.end_s) + n.snic_tx.bytes_carried(o.end_s)
+        for i, n in enumerate(o.topology.nodes)
+    }
+    ratios = o.attention_ratios
+    return {
+        # Offline JCT (§7.2): when the last agent's last round is done (all agents start at t = 0).
         "jct_s": max(finished) if offline and len(finished) == len(o.agents) else None,
-        "agent_jct_s": stats([a.end_s - a.start_s for a in o.agents if not math.isnan(a.end_s)]),
+        "agent_jct_s": summarize_latencies(a.end_s - a.start_s for a in o.agents if not math.isnan(a.end_s)),
         "agents_finished": len(finished),
-        "requests": len(reqs),
-        "ttft_s": stats(ttft),
-        "ttst_s": stats(ttst),
-        "tpot_s": stats(list(tpot.values())),
-        "slo_attainment": ok / len(reqs) if reqs else None,
+        "requests": len(prefilled),
+        "ttft_s": summarize_latencies(r.ttft_s for r in prefilled),
+        "ttst_s": summarize_latencies(r.ttst_s for r in prefilled),
+        "tpot_s": summarize_latencies(r.tpot_s for r in prefilled),
+        "ttft_breakdown_s": ttft_breakdown_s(o),
+        "slo_attainment": slo_attainment(prefilled) if prefilled else None,
         "snic_bytes": snic,
-        "snic_max_over_avg": max(snic) / (sum(snic) / len(snic)) if sum(snic) else None,
+        "snic_max_over_avg": snic_max_over_avg(snic) if sum(snic.values()) else None,
+        "attention_max_over_avg": sum(ratios) / len(ratios) if ratios else None,
         "de_read_fraction": _de_fraction(o),
         "sim_end_s": o.end_s,
         "sim_wall_s": wall_s,
         "events": o.events,
     }
-    return out
 
 
 def _de_fraction(o: SimOutcome) -> float | None:
-    total = sum(a.pe_read_tokens + a.de_read_tokens for a in o.log.assignments)
-    return sum(a.de_read_tokens for a in o.log.assignments) / total if total else None
+    pe = de = 0
+    for a in o.log.assignments:
+        pe += a.pe_read_tokens
+        de += a.de_read_tokens
+    return de / (pe + de) if pe + de else None
 
 
 def write_outputs(o: SimOutcome, summary: dict[str, Any], config: dict[str, Any], out_dir: Path) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True))
     (out_dir / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True, default=str))
-    with (out_dir / "requests.jsonl").open("w") as f:
-        for rid, r in sorted(o.requests.items()):
-            f.write(json.dumps({"request_id": rid, **vars(r)}) + "\n")
+    write_records_jsonl(
+        out_dir / "requests.jsonl", (to_record(rid, r) for rid, r in sorted(o.requests.items()))
+    )
     step = max(o.end_s / 200, 1e-3)
     links = {name: link for name, link in o.topology_links().items() if link.utilisation_record()}
-    with (out_dir / "links.csv").open("w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["link", "start_s", "rate_bytes_per_s"])
-        series = {}
-        for name, link in sorted(links.items()):
-            series[name] = resample_utilisation(link.utilisation_record(), 0.0, o.end_s, step)
-            for t, rate in series[name]:
-                w.writerow([name, round(t, 6), rate])
-    _plots(o, series, step, out_dir)
+    series = {
+        name: resample_utilisation(link.utilisation_record(), 0.0, o.end_s, step)
+        for name, link in sorted(links.items())
+    }
+    if series:
+        times = [t for t, _ in next(iter(series.values()))]
+        write_time_series_csv(
+            out_dir / "links.csv",
+            times,
+            {f"{name}_bytes_per_s": [r for _, r in s] for name, s in series.items()},
+        )
+    _plots(o, series, out_dir)
 
 
-def _plots(o: SimOutcome, series: dict[str, Any], step: float, out_dir: Path) -> None:
-    import matplotlib
+def _plots(o: SimOutcome, series: dict[str, Any], out_dir: Path) -> None:
+    from dualpath.metrics.plots import plot_time_series
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(9, 4))
-    for name, rates in series.items():
-        if "snic" in name and max((r for _, r in rates), default=0.0) > 0:
-            ax.plot([t for t, _ in rates], [r / 1e9 for _, r in rates], label=name, lw=0.8)
-    ax.set(xlabel="time (s)", ylabel="GB/s", title="SNIC utilisation")
-    ax.legend(fontsize=6)
-    fig.savefig(out_dir / "snic_utilisation.png", dpi=120)
-    plt.close(fig)
-    reqs = sorted(o.requests.values(), key=lambda r: r.arrival_s)
-    fig, ax = plt.subplots(figsize=(9, 4))
-    ax.plot([r.arrival_s for r in reqs], [r.first_token_s - r.arrival_s for r in reqs], ".", ms=1)
-    ax.set(xlabel="arrival (s)", ylabel="TTFT (s)", title="TTFT over time")
-    fig.savefig(out_dir / "ttft.png", dpi=120)
-    plt.close(fig)
+    snic = {
+        n: rates for n, rates in series.items() if "snic" in n and max((r for _, r in rates), default=0.0)
+    }
+    if snic:
+        times = [t for t, _ in next(iter(snic.values()))]
+        plot_time_series(
+            out_dir / "snic_utilisation.png",
+            times,
+            {n: [r / 1e9 for _, r in rates] for n, rates in snic.items()},
+            title="SNIC utilisation (GB/s)",
+        )
+    reqs = sorted(
+        (r for r in o.requests.values() if not math.isnan(r.first_token_s)), key=lambda r: r.arrival_s
+    )
+    if reqs:
+        plot_time_series(
+            out_dir / "ttft.png",
+            [r.arrival_s for r in reqs],
+            {"TTFT (s)": [r.first_token_s - r.arrival_s for r in reqs]},
+            title="TTFT over arrival time",
+        )
     if o.queue_samples:
         t, waiting, reading = zip(*o.queue_samples, strict=True)
-        fig, ax = plt.subplots(figsize=(9, 4))
-        ax.plot(t, waiting, label="waiting in scheduler")
-        ax.plot(t, reading, label="read_q tokens / 1e6 (all nodes)")
-        ax.set(xlabel="time (s)", title="queues")
-        ax.legend()
-        fig.savefig(out_dir / "queues.png", dpi=120)
-        plt.close(fig)
+        plot_time_series(
+            out_dir / "queues.png",
+            list(t),
+            {"waiting in scheduler": list(waiting), "read_q Mtokens (all nodes)": list(reading)},
+            title="queues",
+        )
