@@ -9,8 +9,8 @@ numbers mean exactly what the simulator will do with them:
                   + layer_overhead_s
     decode step   = Σ layers [B · attention per sequence + dense linear(B) + layer_overhead_s]
                   + LM head + step_overhead_s
-                    attention per sequence = α + β · FLOPs(C), written into the decode_attention curve
-                    as efficiency(C) = FLOPs(C) / (bf16_flops_per_s · (α + β · FLOPs(C)))
+                    attention per sequence = α + β_B · FLOPs(C), written into the decode_attention
+                    surface as efficiency_B(C) = FLOPs(C) / (bf16_flops_per_s · (α + β_B · FLOPs(C)))
 
 α is the fixed cost of one sequence's attention call (the runtime attends sequence by sequence, a CPU
 analogue of a kernel-launch floor). Rows are weighted by 1 / measured time, so the fit minimises
@@ -198,12 +198,13 @@ def _bucketed(context_tokens: int) -> int:
 def fit_decode(
     model: ModelSpec, points: Sequence[DecodePoint], prefill: CostCoefficients
 ) -> tuple[CostCoefficients, dict[str, float]]:
-    """α_B, β_B (one decode-attention curve per measured batch size, the surface's form) and
+    """α, β_B (one decode-attention curve per measured batch size, the surface's form) and
     step_overhead_s, with the prefill-fitted terms held fixed.
 
-    One curve per batch because the per-pair cost grows with the batch on a CPU (B contexts are
-    gathered from the paged cache each step, so large B·C leaves the caches), as the GPU surface
-    `decode_attention[batch]` also differs by batch.
+    β differs by batch because the per-pair cost grows with the batch on a CPU (B contexts are gathered
+    from the paged cache each step, so a large B·C leaves the caches), as the GPU surface
+    `decode_attention[batch]` also differs by batch. α is shared: a per-batch α would be a per-batch
+    constant, indistinguishable from step_overhead_s.
     """
     flat = {1: Curve.constant(_HUGE_RATE)}  # attention vanishes: what is left is linear + overheads
     base_model = CostModel(model, replace(prefill, decode_attention=flat, step_overhead_s=0.0))
@@ -218,18 +219,18 @@ def fit_decode(
     calls = np.array([float(model.num_layers * p.batch_size) for p in points])
     batch = np.array([p.batch_size for p in points])
     sizes = sorted(set(batch.tolist()))
-    columns = [np.where(batch == b, f, 0.0) for b in sizes for f in (calls, attention_flops)]
-    features = np.stack([*columns, np.ones_like(y)], axis=1)
+    columns = [np.where(batch == b, attention_flops, 0.0) for b in sizes]
+    features = np.stack([calls, *columns, np.ones_like(y)], axis=1)
     solution = nnls(features / y[:, None], (y - base) / y)
+    alpha_s = float(solution[0])
     surface: dict[int, Curve] = {}
-    parameters: dict[str, float] = {}
+    parameters = {"decode_attention_per_sequence_s": alpha_s}  # α: one sequence, one layer
     for i, b in enumerate(sizes):
-        alpha_s, beta_s_per_flop = float(solution[2 * i]), float(solution[2 * i + 1])
+        beta_s_per_flop = float(solution[1 + i])
         surface[int(b)] = decode_attention_curve(
             model, prefill.bf16_flops_per_s, per_sequence_s=alpha_s, seconds_per_flop=beta_s_per_flop
         )
-        parameters[f"decode_b{b}_attention_per_sequence_s"] = alpha_s  # α: one sequence, one layer
-        parameters[f"decode_b{b}_attention_flops_per_s"] = _rate(beta_s_per_flop)  # 1 / β
+        parameters[f"decode_b{b}_attention_flops_per_s"] = _rate(beta_s_per_flop)  # 1 / β_B
     coefficients = replace(prefill, decode_attention=surface, step_overhead_s=float(solution[-1]))
     return coefficients, parameters
 
