@@ -20,6 +20,7 @@ relative error, the quantity the fit report gives.
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -128,9 +129,16 @@ def quality(predicted: Sequence[float], measured: Sequence[float]) -> FitQuality
 
 
 def fit_line(sizes: Sequence[float], times_s: Sequence[float]) -> LineFit:
-    """Per-op fixed time and achieved rate from (size, time) samples, both non-negative."""
-    y = np.asarray(times_s, dtype=float)
-    x = np.asarray(sizes, dtype=float)
+    """Per-op fixed time and achieved rate from (size, time) samples, both non-negative.
+
+    Fitted to the median time of each size (a thread woken late on a busy host is one slow sample,
+    not a slower link), and judged against those medians, as the model points are.
+    """
+    by_size: dict[float, list[float]] = {}
+    for size, time_s in zip(sizes, times_s, strict=True):
+        by_size.setdefault(float(size), []).append(float(time_s))
+    x = np.array(sorted(by_size))
+    y = np.array([statistics.median(by_size[s]) for s in x])
     a = np.stack([np.ones_like(x), x], axis=1) / y[:, None]
     fixed_s, seconds_per_unit = nnls(a, np.ones_like(y))
     rate = _rate(float(seconds_per_unit))

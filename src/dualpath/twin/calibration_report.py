@@ -36,7 +36,7 @@ def format_report(calibration: Calibration) -> str:
         ("step_overhead_s", _ms(c.step_overhead_s)),
     ]
     for name, value in calibration.parameters.items():
-        rows.append((name, _ms(value) if name.endswith("_s") else _si(value, "FLOP/s")))
+        rows.append((name, _si(value, "FLOP/s") if name.endswith("_per_s") else _ms(value)))
     rows += [
         (
             "SNIC achieved (configured)",
