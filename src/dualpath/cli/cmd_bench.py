@@ -64,7 +64,9 @@ def run(args: argparse.Namespace) -> int:
         summary, _ = run_bench(args.url, options, progress=not args.json)
     except httpx.ConnectError:
         raise UserError(f"no server answers at {args.url}; start one with `dualpath serve`") from None
-    except (KeyError, ValueError) as error:
+    except RuntimeError as error:
+        raise UserError(str(error)) from None
+    except (KeyError, ValueError, OSError) as error:
         raise UserError(str(error).strip("'\"")) from None
     print(json.dumps(summary, indent=2) if args.json else format_summary(summary))
     return 0

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import httpx
 import numpy as np
@@ -40,22 +39,10 @@ class BenchOptions:
 
 
 def load_trajectories(dataset: str, agents: int, seed: int) -> tuple:
-    """Trajectories for `agents` agents (A.3 replay) from a Table 2 profile name or a dataset file."""
-    from dualpath.workload.generator import generate_dataset
-    from dualpath.workload.trajectory import replay_trajectories
+    """Trajectories for `agents` agents (A.3 replay) from a Table 2 profile name or a trajectory file."""
+    from dualpath.workload import load_dataset, replay_trajectories
 
-    if Path(dataset).is_file():
-        from dualpath import workload
-
-        loader = getattr(workload, "load_dataset", None)
-        if loader is None:
-            raise ValueError(
-                "reading a dataset file needs dualpath.workload.load_dataset, which is not available"
-            )
-        base = tuple(loader(dataset))
-    else:
-        base = generate_dataset(dataset, seed=seed, num_trajectories=max(1, agents))
-    return replay_trajectories(base, agents, np.random.default_rng(seed))
+    return replay_trajectories(load_dataset(dataset, seed=seed), agents, np.random.default_rng(seed))
 
 
 def make_plans(options: BenchOptions) -> list[AgentPlan]:
@@ -105,8 +92,9 @@ def snic_summary(
 
 def run(url: str, options: BenchOptions, *, progress: bool = True) -> tuple[dict[str, object], BenchResult]:
     """Replay and summarise; SNIC bytes per node are the /metrics difference over the run."""
-    health = wait_healthy(url, timeout_s=120.0)
     plans = make_plans(options)
+    httpx.get(f"{url}/health", timeout=10)  # nobody there: fail now (httpx.ConnectError), not after a wait
+    health = wait_healthy(url, timeout_s=120.0)  # a server that is still starting gets time to come up
     before = snic_counters(url)
     vocab_size = int(health.get("vocab_size", 256))
     result = asyncio.run(run_bench(url, plans, vocab_size=vocab_size, seed=options.seed, progress=progress))
