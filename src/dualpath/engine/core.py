@@ -138,14 +138,24 @@ class ClusterCore:
         """Every group's leader fetches (DE groups first, then PE groups, in id order)."""
         out: list[Command] = []
         progress = True
+        round_robin = self.mode.scheduling == "round-robin"
         while progress and self.scheduler.waiting > self.scheduler.pe_queue_len:
-            progress = False  # round-robin places one turn per group per round: repeat rounds
+            # Round-robin places one turn per group per round: repeat rounds. Two-phase placement
+            # routes the whole global queue at the first group's fetch, so one round is all it does.
+            progress = False
             for node in self.de_nodes.values():
+                if not self.scheduler.has_de_work(node.node_id):  # only its read queue to report
+                    self.scheduler.note_de_group(
+                        node.node_id,
+                        read_q_tokens=self.readers[node.node_id].read_q_tokens,
+                        tok=sum(e.reserved_tokens for e in node.engines),
+                    )
+                    continue
                 for request, engine in self.scheduler.fetch_de_group(node.node_id, self._de_loads(node)):
                     e = self.de_engine(engine)
                     e.reserved_tokens += request.total_tokens
                     e.seq += 1
-                    progress = True
+                    progress = round_robin
         # Leaders fetch independently in the paper; rotating who fetches first keeps any one PE
         # group from always having first pick of Q.
         pe_ids = list(self.pe_nodes)

@@ -82,6 +82,16 @@ class RequestScheduler:
     def node_of(self, engine_id: int) -> int:
         return self._node_of[engine_id]
 
+    def has_de_work(self, node_id: int) -> bool:
+        """Whether a fetch by this DE group could place anything (else it only reports its read queue)."""
+        return bool(self._global) or bool(self._de_queues[node_id])
+
+    def note_de_group(self, node_id: int, *, read_q_tokens: int, tok: int) -> None:
+        """A DE group's report (its node's read queue, its Σ tok_e) from a fetch that places nothing."""
+        self._read_q[node_id] = read_q_tokens
+        if self.scheduling != "round-robin":
+            self._group_tok[node_id] = tok
+
     def _note(self, loads: Sequence[EngineLoad]) -> None:
         for load in loads:
             self._read_q[load.node_id] = load.read_q_tokens

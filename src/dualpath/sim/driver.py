@@ -97,7 +97,7 @@ class _WritePipe:
 
     __slots__ = ("net", "path", "then", "busy", "pending_bytes", "pending")
 
-    def __init__(self, net: LinkNetwork, path: tuple[Link, ...], then: Callable[[list], None]) -> None:  # type: ignore[type-arg]
+    def __init__(self, net: LinkNetwork, path: tuple[Link, ...], then: Callable[[list, float], None]) -> None:  # type: ignore[type-arg]
         self.net, self.path, self.then = net, path, then
         self.busy = False
         self.pending_bytes = 0.0
@@ -281,6 +281,10 @@ class Simulation:
             run = self._decode.get(self.core.node_of_engine(c.request.de_engine or 0))
             back_s = c.steps_before_now * run.step_s if run is not None else 0.0
             t.second_token_s = self.sim.now_s - back_s
+        if c.token_index == c.request.gen_tokens and c.token_index >= 2:
+            pipe = self._d2h_pipes.get(c.request.de_engine)  # type: ignore[arg-type]
+            if pipe is not None:
+                self._touched[pipe] = None
         if c.token_index == c.request.gen_tokens:
             t.last_token_s = self.sim.now_s
 
@@ -309,7 +313,10 @@ class Simulation:
         size = c.tokens * self.kv_bytes
         pipe = self._d2h_pipe(c.de_engine) if c.from_hbm else self._persist_pipe(c.de_engine)
         pipe.put(size, item)
-        self._touched[pipe] = None
+        if not c.from_hbm:
+            self._touched[pipe] = None
+        # Decode-time blocks wait in their engine's pipe until a request of that engine emits its
+        # last token (see `_milestone`): one write per engine per finish instead of one per block.
 
     def _d2h_pipe(self, de_engine: int) -> _WritePipe:
         """Decode-time blocks: D2H through the CNIC and on through the SNIC as one flow.
