@@ -52,6 +52,7 @@ class PrefillJob:
     de_layer_bytes: int = 0
     layer_arrived: list[threading.Event] = field(default_factory=list)
     queued: bool = False  # handed to the worker (ready: hit KV in a DRAM buffer, DE region known)
+    first_layer: torch.Tensor | None = None  # layer 0 loaded during the previous forward (prefetch)
     times: dict[str, float] = field(default_factory=dict)  # wall-clock milestones, for per-request records
 
 
@@ -198,7 +199,13 @@ class PrefillEngine:
             outgoing[layer] = torch.cat([cached, new_kv]) if job.pe_read and cached is not None else new_kv
 
         def load(layer: int) -> None:
-            loaded[layer] = self._load_layer(job, layer)
+            loaded[layer] = (
+                job.first_layer
+                if layer == 0 and job.first_layer is not None
+                else self._load_layer(job, layer)
+            )
+            if layer == self.layers - 1 and self.layerwise:
+                self._prefetch_next()  # on the I/O thread, after this forward's last load
 
         def send(layer: int) -> None:
             self._send_layer(job, layer, outgoing.pop(layer))
@@ -207,6 +214,19 @@ class PrefillEngine:
             self.layers, self.layerwise, load=load, compute=compute, send=send, io=self._io, tx=self._tx
         )
         return int(self.model.final(hidden[-1:]).argmax(dim=-1)[0])
+
+    def _prefetch_next(self) -> None:
+        """Load layer 0 of the next ready forward while this one computes (the layerwise overlap, §4.1,
+        carried across forwards), so a forward never starts with an idle GPU waiting for its first layer."""
+        with self._ready.mutex:
+            upcoming = self._ready.queue[0] if self._ready.queue else None
+        if (
+            upcoming is not None
+            and upcoming.first_layer is None
+            and upcoming.hit_tokens > 0
+            and upcoming.region
+        ):
+            upcoming.first_layer = self._load_layer(upcoming, 0)
 
     def _request_hit_layers(self, job: PrefillJob) -> None:
         """DE read path: a receive region in PE DRAM, then ask the DE to push its hit layers in order."""
