@@ -431,6 +431,7 @@ class ClusterCore:
         e = self.de_engine(request.de_engine)
         e.reserved_tokens -= request.total_tokens
         e.seq -= 1
+        self.scheduler.note_de_freed(e.node_id)
         request.phase = Phase.DONE
         if self._persists.get(request.request_id, 0):
             return []

@@ -64,6 +64,7 @@ class RequestScheduler:
         self._de_queues: dict[int, deque[Request]] = {n: deque() for n in self._de_nodes}
         self._pe_queue: deque[Request] = deque()
         self._rr_de = 0
+        self._de_settled: set[int] = set()  # DE groups whose last fetch left a queue that cannot move
         self._rr_pe = 0
 
     # ---- intake -------------------------------------------------------------------------------
@@ -83,8 +84,17 @@ class RequestScheduler:
         return self._node_of[engine_id]
 
     def has_de_work(self, node_id: int) -> bool:
-        """Whether a fetch by this DE group could place anything (else it only reports its read queue)."""
-        return bool(self._global) or bool(self._de_queues[node_id])
+        """Whether a fetch by this DE group could place anything (else it only reports its load).
+
+        False when the global queue is empty and the group's private queue is empty or unchanged
+        since the group's last fetch with no DE of the group freed since (`note_de_freed`): phase 2
+        is deterministic, so it would stop at the same head again.
+        """
+        return bool(self._global) or (bool(self._de_queues[node_id]) and node_id not in self._de_settled)
+
+    def note_de_freed(self, node_id: int) -> None:
+        """A request on this DE group finished: its HBM and tok_e fell, so its queue may move."""
+        self._de_settled.discard(node_id)
 
     def note_de_group(self, node_id: int, *, read_q_tokens: int, tok: int) -> None:
         """A DE group's report (its node's read queue, its Σ tok_e) from a fetch that places nothing."""
@@ -109,6 +119,7 @@ class RequestScheduler:
                 assert request.request_id == rid
                 self._group_tok[group] += request.total_tokens
                 self._de_queues[group].append(request)
+                self._de_settled.discard(group)
             queue = self._de_queues[node_id]
             cands = [
                 DeCandidate(
@@ -122,8 +133,9 @@ class RequestScheduler:
             ]
             z_factor = self.spec.de_token_threshold_factor
             placed = []
-            for _rid, engine in assign_within_de_group(list(queue), cands, z_factor=z_factor):
+            for _rid, engine in assign_within_de_group(queue, cands, z_factor=z_factor):
                 placed.append((queue.popleft(), engine))
+            self._de_settled.add(node_id)
         for request, engine in placed:
             request.de_engine = engine
             self._pe_queue.append(request)

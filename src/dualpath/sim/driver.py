@@ -225,9 +225,13 @@ class Simulation:
                 pipe.flush()
 
     def _poke(self) -> None:
-        """Something a fetch could use changed (an arrival, a read, a step or a request finished):
-        the group leaders fetch once at the end of this instant. The paper's leaders fetch
-        "periodically" (§6.1); fetching on change sees the same state without idle polls."""
+        """Something that can unblock a placement changed (an arrival; a step done: PE tok_e fell;
+        a last token: DE HBM freed): the group leaders fetch once at the end of this instant.
+
+        The paper's leaders fetch "periodically" (§6.1); fetching on change sees the same state
+        without idle polls. A finished read needs no fetch: read queues only steer a placement, and
+        every fetch takes fresh reports from all groups before it places anything.
+        """
         if not self._fetch_pending and self.core.scheduler.waiting:
             self._fetch_pending = True
             self.sim.schedule(0.0, self._fetch, priority=1)
@@ -299,7 +303,6 @@ class Simulation:
     def _read_done(self, node: int, request_id: int) -> None:
         self.times[request_id].read_end_s = self.sim.now_s  # the last part's end stays
         self._do(self.core.on_read_done(node, request_id, self.sim.now_s))
-        self._poke()
 
     def _h2d(self, c: cmd.StartH2D) -> None:
         self.net.start_flow(c.tokens * self.kv_bytes, self.topo.h2d(c.de_engine), LOW, self._h2d_done,
