@@ -1,0 +1,58 @@
+"""`simulate --json` keys used by `dualpath reproduce`: TTFT breakdown, attention balance, workload scales."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from dualpath.cli.main import main
+from dualpath.config.loader import load_cluster
+from dualpath.sim.agents import load_trajectories, scale_rounds
+from dualpath.sim.driver import SimConfig, Simulation
+from dualpath.sim.summary import TTFT_PARTS, summarise
+
+
+def run(mode: str, agents: int = 6, rounds: int = 20) -> dict:  # type: ignore[type-arg]
+    cluster = load_cluster(hardware="hopper-8x400g", model="ds-27b", num_prefill_nodes=1, num_decode_nodes=1,
+                           overrides=[])  # fmt: skip
+    trajectories = [t[:rounds] for t in load_trajectories("64k", agents, 1)]
+    out = Simulation(SimConfig(cluster=cluster, mode=mode), trajectories, seed=1).run()
+    return summarise(out, offline=True, wall_s=0.0)
+
+
+@pytest.mark.parametrize("mode", ["basic", "dualpath", "oracle"])
+def test_ttft_breakdown_sums_to_mean_ttft(mode: str) -> None:
+    s = run(mode)
+    parts = s["ttft_breakdown_s"]
+    assert set(parts) == set(TTFT_PARTS)
+    assert all(v >= -1e-12 for v in parts.values())
+    assert sum(parts.values()) == pytest.approx(s["ttft_s"]["mean"], rel=1e-9)
+    assert parts["prefill"] > 0
+    if mode == "oracle":
+        assert parts["read"] == 0 and parts["read_wait"] == 0
+    else:
+        assert parts["read"] > 0
+
+
+def test_attention_balance_is_at_least_one_and_snic_bytes_per_node() -> None:
+    s = run("dualpath")
+    assert s["attention_max_over_avg"] >= 1.0
+    assert set(s["snic_bytes"]) == {"0", "1"}
+
+
+def test_scale_rounds_multiplies_appends_and_generations() -> None:
+    rounds = [[(100, 10), (3, 1)]]
+    assert scale_rounds(rounds, append_scale=2.0) == [[(200, 10), (6, 1)]]
+    assert scale_rounds(rounds, gen_scale=0.1) == [[(100, 1), (3, 1)]]
+
+
+def test_cli_workload_scale_changes_the_replay(capsys: pytest.CaptureFixture[str]) -> None:
+    base = ["simulate", "--model", "ds-27b", "--p", "1", "--d", "1", "--agents", "3", "--json", "--quiet"]
+    main([*base])
+    one = json.loads(capsys.readouterr().out)
+    main([*base, "--set", "workload.gen_scale=2"])
+    two = json.loads(capsys.readouterr().out)
+    assert two["tpot_s"]["mean"] > 0 and two["jct_s"] > one["jct_s"]
+    assert main([*base, "--set", "workload.nonsense=2"]) == 2  # UserError: one line, exit 2
+    assert "workload.nonsense" in capsys.readouterr().err
