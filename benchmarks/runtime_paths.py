@@ -9,13 +9,13 @@ with a theoretical gain of exactly 3x —
 
     storage time on ONE SNIC (Basic)  =  3 x  Oracle's JCT        (so 3 SNICs  =  1 x Oracle's JCT)
 
-i.e. rate = (hit bytes the trace reads) / (3 x Oracle JCT), both measured by a first Oracle run on the same
+i.e. rate = (hit bytes the trace reads) / (3 x Oracle JCT), both measured by Oracle runs on the same
 machine (CPU speed differs between machines; the ratio is what the experiment is about). The CNIC keeps the
 paper's ratio (node CNICs = 8 x SNIC, §2.3). Oracle's own JCT does not depend on the rates (it skips all I/O
-time), so that first run is also the Oracle row; Basic and DualPath then replay the same trace, each on a
-fresh cluster with an empty KV store. Every mode runs `--repeat` times (interleaved) and the means are
-reported, since the host may be shared. A SNIC's utilisation is its bytes read over (its rate x the time the
-node had reads waiting or in flight).
+time), so its runs are also the Oracle row; Basic and DualPath then replay the same trace, each run on a
+fresh cluster with an empty KV store. Every mode runs `--repeat` times and the means are reported (the host
+may be shared with other work; the individual runs are in the JSON). A SNIC's utilisation is its bytes
+read over (its rate x the time the node had reads waiting or in flight).
 
     python benchmarks/runtime_paths.py [--json] [--agents N] [--rounds R] [--context-scale F]
 """
@@ -72,24 +72,21 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     log = print if progress else (lambda *a, **k: None)
 
-    # Oracle moves its bytes unpaced, so its JCT does not depend on the link rates: its first run serves both
-    # as the calibration and as an Oracle run.
+    # Oracle moves its bytes unpaced, so its JCT does not depend on the link rates: its runs come first and
+    # their mean JCT sets the SNIC rate (a mean, because one run on a shared host can catch a busy moment).
     runs: dict[str, list[dict]] = {
-        "basic": [],
-        "dualpath": [],
-        "oracle": [run_mode("oracle", options, progress=progress)],
+        "oracle": [run_mode("oracle", options, progress=progress) for _ in range(args.repeat)]
     }
-    first = runs["oracle"][0]
-    hit_bytes = sum(d["rx"] for d in first["snic"].values())
-    snic_rate = hit_bytes / (STORAGE_GAIN * first["jct_s"])
+    oracle_jct_s = sum(r["jct_s"] for r in runs["oracle"]) / args.repeat
+    hit_bytes = sum(d["rx"] for d in runs["oracle"][0]["snic"].values())
+    snic_rate = hit_bytes / (STORAGE_GAIN * oracle_jct_s)
     settings = [f"snic_bytes_per_s={snic_rate:.0f}", f"cnic_bytes_per_s={CNIC_PER_SNIC * snic_rate:.0f}"]
     log(
-        f"oracle JCT {first['jct_s']:.2f} s, {hit_bytes / 1e6:.1f} MB of hits -> SNIC {snic_rate / 1e6:.2f} MB/s"
+        f"oracle JCT {oracle_jct_s:.2f} s, {hit_bytes / 1e6:.1f} MB of hits -> SNIC {snic_rate / 1e6:.2f} MB/s"
     )
-    for repeat in range(args.repeat):
-        for mode in ("basic", "dualpath", "oracle"):
-            if mode == "oracle" and repeat == 0:
-                continue
+    runs |= {"basic": [], "dualpath": []}
+    for _ in range(args.repeat):
+        for mode in ("basic", "dualpath"):
             runs[mode].append(run_mode(mode, options, settings=settings, progress=progress))
             log(f"{mode:9s} JCT {runs[mode][-1]['jct_s']:.2f} s")
     modes = {mode: mode_result(runs[mode]) for mode in ("basic", "dualpath", "oracle")}
