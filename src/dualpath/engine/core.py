@@ -278,14 +278,15 @@ class ClusterCore:
         ]
 
     def _batch(self, engine: PrefillEngine) -> tuple[StepItem, ...]:
-        work = [
+        # Lazily: packing stops at the first request that does not fit, and ready queues can be long.
+        work = (
             PrefillWork(
                 request_id=r.request_id,
                 cached_tokens=r.cached_tokens,
                 remaining_tokens=r.remaining_prefill_tokens,
             )
             for r in engine.ready
-        ]
+        )
         items: list[BatchItem]
         if self.mode.quota_batching:
             assert self._attention_time_s is not None

@@ -7,7 +7,7 @@ The remainder of a chunked request stays at the queue head.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 # Predicted attention time of ONE layer on one GPU for a list of (cached_tokens, new_tokens).
@@ -34,7 +34,7 @@ class BatchItem:
 
 
 def pack_by_compute_quota(
-    queue: Sequence[PrefillWork], *, attention_time_s: AttentionTimeFn, quota_s: float
+    queue: Iterable[PrefillWork], *, attention_time_s: AttentionTimeFn, quota_s: float
 ) -> list[BatchItem]:
     """FIFO packing while the predicted attention-layer time stays <= quota (§6.4).
 
@@ -76,7 +76,7 @@ def largest_fitting_bsz(
 
 
 def pack_by_token_budget(
-    queue: Sequence[PrefillWork], *, max_new_tokens: int, max_kv_tokens: int | None = None
+    queue: Iterable[PrefillWork], *, max_new_tokens: int, max_kv_tokens: int | None = None
 ) -> list[BatchItem]:
     """FIFO packing under a new-token budget (modes without the quota: basic, layerwise, dualpath-rr).
 
