@@ -42,9 +42,14 @@ class TokenChunk:
 
 
 class CompletionBackend(Protocol):
-    model_name: str
-    max_context_tokens: int
-    vocab_size: int
+    @property
+    def model_name(self) -> str: ...
+
+    @property
+    def max_context_tokens(self) -> int: ...
+
+    @property
+    def vocab_size(self) -> int: ...
 
     def tokenize(self, text: str) -> list[int]: ...
 
@@ -129,7 +134,7 @@ def _choice(backend: CompletionBackend, chunk: TokenChunk, ids: list[int]) -> di
 async def _stream(backend: CompletionBackend, request: CompletionRequest) -> AsyncIterator[bytes]:
     async for chunk in backend.generate(request):
         ids = list(chunk.token_ids)
-        event = {
+        event: dict[str, Any] = {
             "id": request.request_id,
             "object": "text_completion",
             "model": backend.model_name,

@@ -68,13 +68,13 @@ def snic_counters(url: str) -> dict[str, dict[str, float]]:
 
 def snic_summary(
     before: dict[str, dict[str, float]], after: dict[str, dict[str, float]]
-) -> dict[str, dict[str, float]]:
+) -> dict[str, dict[str, float | None]]:
     """Per node over the run: bytes read/written and the SNIC's utilisation while reads were waiting.
 
     utilisation = bytes read / (emulated rate x seconds with a read queued or in flight) — "busy while
     requests wait for reads" (brief §7); None when the node never had a read waiting.
     """
-    out = {}
+    out: dict[str, dict[str, float | None]] = {}
     for node, a in after.items():
         b = before.get(node, {})
         rx = a.get("rx", 0.0) - b.get("rx", 0.0)

@@ -273,7 +273,7 @@ def _orphaned(options: NodeOptions) -> bool:
 def _main_loop(control: zmq.Socket, links: NodeLinks, engine: Engine, stop: threading.Event) -> None:
     next_report = 0.0
     while not stop.is_set() and not _orphaned(links.options):
-        timeout_ms = max(0.0, next_report - time.monotonic()) * 1000
+        timeout_ms = int(max(0.0, next_report - time.monotonic()) * 1000)
         if control.poll(timeout_ms):
             for message in recv_all(control):
                 if message["type"] == "stop":

@@ -199,7 +199,7 @@ class ClusterScheduler:
 
     def _on_report(self, name: str, message: Message) -> list[tuple[str, Message]]:
         slot = self.nodes.get(name)
-        if slot is None or not self.is_ready():
+        if slot is None or self.core is None or not self.is_ready():
             return []
         slot.report = message
         self.metrics.observe_node(name, message.get("stats", {}))
@@ -351,7 +351,7 @@ async def serve_scheduler(
     router.setsockopt(zmq.ROUTER_MANDATORY, 0)
     router.bind(control_address)
     if on_bound is not None:
-        on_bound(router.getsockopt(zmq.LAST_ENDPOINT).decode())
+        on_bound(str(router.getsockopt_string(zmq.LAST_ENDPOINT)))
     app = build_app(SchedulerBackend(scheduler))
     server = uvicorn.Server(
         uvicorn.Config(app, host=http_host, port=http_port, log_level="warning", lifespan="off")
