@@ -23,6 +23,8 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff format --check -q src tests benchmarks
+	$(BIN)/mypy src/dualpath/policy src/dualpath/engine src/dualpath/request.py
 	$(BIN)/lint-imports
 
 lint: $(STAMP)
@@ -30,7 +32,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check src tests benchmarks
 
 typecheck: $(STAMP)
-	$(BIN)/mypy src/dualpath/policy src/dualpath/engine
+	$(BIN)/mypy src/dualpath/policy src/dualpath/engine src/dualpath/request.py
 
 slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow
