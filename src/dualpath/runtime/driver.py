@@ -1,0 +1,401 @@
+"""`RuntimeDriver`: the runtime's driver of the decision core `ClusterCore` (DESIGN §2, docs/runtime.md).
+
+NOTE: the simulator (`sim/driver.py`) and this driver run the same `ClusterCore`; they differ only in how
+long a command takes. Here a command becomes a JSON message to the node that executes it, and the node's
+completion report comes back as an event. The driver is sans-network and clock-injected: no sockets, no
+clock reads, no threads, so a test (or the simulator's clock) can drive it and a recorded event log can be
+replayed into a fresh driver to reproduce the same messages and decisions. It decides nothing itself.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from dualpath.config.specs import SchedulerSpec
+from dualpath.engine import commands as cmd
+from dualpath.engine.core import ClusterCore, CoreConfig
+from dualpath.engine.modes import get_mode
+from dualpath.policy.batching import AttentionTimeFn
+from dualpath.policy.decisions import Assignment, DecisionLog
+from dualpath.request import Phase, Request
+
+Message = dict[str, Any]
+Outgoing = list[tuple[str, Message]]
+CLIENT = "@client"  # destination of token chunks and completions (the HTTP side)
+
+
+@dataclass(frozen=True, kw_only=True)
+class DriverConfig:
+    node_names: tuple[str, ...]  # PE nodes first (ids 0..P-1), then DE nodes, as RuntimeClusterSpec
+    num_prefill_nodes: int
+    engines_per_node: int
+    mode: str
+    read_path: str | None
+    block_tokens: int
+    kv_bytes_per_token: float  # all layers
+    dram_buffer_bytes: float
+    de_hbm_kv_tokens: int
+    pe_hbm_kv_tokens: int
+    snic_bytes_per_s: float
+    prefill_tokens_per_s: float  # the slowest PE's measured rate (β, A.4)
+    attention_s_per_token_pair: float = 0.0  # §6.4 predictor's quadratic term (measured or fitted)
+
+
+def linear_attention_predictor(
+    *, prefill_tokens_per_s: float, attention_s_per_token_pair: float
+) -> AttentionTimeFn:
+    """The §6.4 quota predictor from per-token costs: a forward's time for its (cached, new) items.
+
+    Each new token costs 1 / prefill rate; attention adds new·(cached + new) pair interactions.
+    """
+
+    def predict(requests: Sequence[tuple[int, int]]) -> float:
+        return sum(
+            new / prefill_tokens_per_s + new * (cached + new) * attention_s_per_token_pair
+            for cached, new in requests
+        )
+
+    return predict
+
+
+@dataclass
+class _Live:
+    request: Request
+    token_ids: list[int]
+    usable_hit_tokens: int
+    first_token: int | None = None
+    times: dict[str, float] = field(default_factory=dict)
+
+
+class RuntimeDriver:
+    def __init__(self, config: DriverConfig) -> None:
+        self.config = config
+        p = config.num_prefill_nodes
+        d = len(config.node_names) - p
+        spec = SchedulerSpec(block_tokens=config.block_tokens)
+        read_tokens_per_s = config.snic_bytes_per_s / config.kv_bytes_per_token
+        self.log = DecisionLog()
+        self.core = ClusterCore(
+            CoreConfig(
+                num_prefill_nodes=p,
+                num_decode_nodes=d,
+                engines_per_node=config.engines_per_node,
+                mode=get_mode(config.mode),
+                scheduler=spec,
+                kv_bytes_per_token=config.kv_bytes_per_token,
+                dram_buffer_bytes=config.dram_buffer_bytes,
+                de_hbm_kv_tokens=config.de_hbm_kv_tokens,
+                pe_hbm_kv_tokens=config.pe_hbm_kv_tokens,
+                read_tokens_per_s=read_tokens_per_s,
+                # α, β as Appendix A.4 defines them: tokens read from storage in 3 s, prefilled in 5 s.
+                alpha_tokens=spec.alpha_read_s * read_tokens_per_s,
+                beta_tokens=spec.beta_compute_s * config.prefill_tokens_per_s,
+                read_path=config.read_path or None,
+            ),
+            attention_time_s=linear_attention_predictor(
+                prefill_tokens_per_s=config.prefill_tokens_per_s,
+                attention_s_per_token_pair=config.attention_s_per_token_pair,
+            ),
+            log=self.log,
+        )
+        self.event_log: list[tuple[float, Message]] = []
+        self._ids = {name: i for i, name in enumerate(config.node_names)}
+        self._live: dict[int, _Live] = {}
+        self._next_id = 0
+        self._poked = False
+        self._assigned = 0
+        self._decode_step = {n: 0 for n in self.core.de_nodes}
+        self._decode_busy = {n: False for n in self.core.de_nodes}
+        self._batch: dict[int, list[Request]] = {n: [] for n in self.core.de_nodes}
+        self._handlers: dict[str, Callable[[Message, float], Outgoing]] = {
+            "fetch": self._fetch,
+            "read_done": self._read_done,
+            "step_done": self._step_done,
+            "kv_out_done": self._kv_out_done,
+            "h2d_done": self._h2d_done,
+            "persist_done": self._persist_done,
+            "decode_done": self._decode_done,
+        }
+
+    # ---- inputs --------------------------------------------------------------------------------
+    @property
+    def wants_fetch(self) -> bool:
+        """Something that can unblock a placement changed and requests wait: fetch once, soon (the sim's
+        coalesced poke). The caller sends `{"type": "fetch"}` after draining its inbox."""
+        return self._poked and self.core.scheduler.waiting > 0
+
+    def submit(
+        self, *, token_ids: Sequence[int], hit_tokens: int, max_tokens: int, now_s: float
+    ) -> tuple[int, Outgoing]:
+        rid = self._next_id
+        self.event_log.append(
+            (
+                now_s,
+                {
+                    "type": "submit",
+                    "token_ids": list(token_ids),
+                    "hit_tokens": hit_tokens,
+                    "max_tokens": max_tokens,
+                },
+            )  # fmt: skip
+        )
+        self._next_id += 1
+        request = Request(
+            request_id=rid,
+            trajectory_id=0,
+            round_index=0,
+            prompt_tokens=len(token_ids),
+            hit_tokens=hit_tokens,
+            gen_tokens=max_tokens,
+            arrival_s=now_s,
+        )
+        self._live[rid] = _Live(request=request, token_ids=list(token_ids), usable_hit_tokens=hit_tokens)
+        self._live[rid].times["arrival"] = now_s
+        self._poked = True
+        return rid, self._do(self.core.submit(request, now_s), now_s)
+
+    def handle(self, event: Message, now_s: float) -> Outgoing:
+        """One node completion (or a fetch); returns the messages to send now."""
+        self.event_log.append((now_s, copy.deepcopy(event)))
+        handler = self._handlers.get(str(event.get("type")))
+        if handler is None:
+            raise ValueError(f"unknown driver event {event.get('type')!r}")
+        return handler(event, now_s)
+
+    @classmethod
+    def replay(
+        cls, config: DriverConfig, events: Sequence[tuple[float, Message]]
+    ) -> tuple[RuntimeDriver, list[tuple[float, Outgoing]]]:
+        """Feed a recorded event log into a fresh driver on its recorded timestamps."""
+        driver = cls(config)
+        out: list[tuple[float, Outgoing]] = []
+        for now_s, event in events:
+            if event["type"] == "submit":
+                body = {k: v for k, v in event.items() if k != "type"}
+                _, messages = driver.submit(**body, now_s=now_s)
+            else:
+                messages = driver.handle(event, now_s)
+            out.append((now_s, messages))
+        return driver, out
+
+    def node_id(self, name: str) -> int:
+        return self._ids[name]
+
+    def node_name(self, node_id: int) -> str:
+        return self.config.node_names[node_id]
+
+    # ---- events ----------------------------------------------------------------------------------
+    def _fetch(self, event: Message, now_s: float) -> Outgoing:
+        self._poked = False
+        commands = self.core.fetch(now_s)
+        entries = self.log.entries
+        for a in entries[self._assigned :]:  # the decisions this fetch logged
+            if isinstance(a, Assignment) and a.request_id in self._live:
+                self._live[a.request_id].times["pe_assigned"] = now_s
+        self._assigned = len(entries)
+        return self._do(commands, now_s)
+
+    def _read_done(self, event: Message, now_s: float) -> Outgoing:
+        rid = int(event["rid"])
+        live = self._live[rid]
+        request = live.request
+        node = self.node_id(event["node"])
+        planned = request.pe_read_tokens if node == self._pe_node(request) else request.de_read_tokens
+        usable = int(event.get("usable_tokens", planned))
+        if usable < planned:  # a corrupt/missing block ends the usable hit in this side's range
+            start = 0 if node == self._pe_node(request) else request.pe_read_tokens
+            live.usable_hit_tokens = min(live.usable_hit_tokens, start + usable)
+        live.times["read_end"] = now_s
+        return self._do(self.core.on_read_done(node, rid, now_s), now_s)
+
+    def _step_done(self, event: Message, now_s: float) -> Outgoing:
+        node = self.node_id(event["node"])
+        out: Outgoing = []
+        for rid, token in event.get("first_tokens", ()):
+            live = self._live[int(rid)]
+            live.first_token = int(token)
+            live.times["prefill_end"] = now_s
+            out.append((CLIENT, {"type": "tokens", "rid": int(rid), "token_ids": [int(token)]}))
+        self._poked = True  # a PE's tok_e fell
+        return out + self._do(self.core.on_prefill_step_done(node, int(event["step_id"]), now_s), now_s)
+
+    def _kv_out_done(self, event: Message, now_s: float) -> Outgoing:
+        node = self.node_id(event["node"])
+        return self._do(self.core.on_kv_out_done(node, int(event["step_id"]), now_s), now_s)
+
+    def _h2d_done(self, event: Message, now_s: float) -> Outgoing:
+        return self._do(self.core.on_h2d_done(int(event["rid"]), now_s), now_s)
+
+    def _persist_done(self, event: Message, now_s: float) -> Outgoing:
+        rid, from_hbm = int(event["rid"]), bool(event["from_hbm"])
+        return self._do(self.core.on_persist_done(rid, from_hbm, now_s), now_s)
+
+    def _decode_done(self, event: Message, now_s: float) -> Outgoing:
+        node = self.node_id(event["node"])
+        out: Outgoing = [
+            (CLIENT, {"type": "tokens", "rid": int(rid), "token_ids": [int(token)]})
+            for rid, token in event.get("tokens", ())
+        ]
+        self._decode_busy[node] = False
+        out += self._do(self.core.advance_decode(node, 1, now_s), now_s)
+        running = [r for r in self._batch[node] if r.generated_tokens < r.gen_tokens]
+        if len(running) < len(self._batch[node]):
+            self._poked = True  # a last token freed DE HBM
+        self._batch[node] = running
+        return out + self._decode_next(node)
+
+    # ---- commands -> messages --------------------------------------------------------------------
+    def _do(self, commands: list[cmd.Command], now_s: float) -> Outgoing:
+        out: Outgoing = []
+        changed: list[int] = []
+        for c in commands:
+            if isinstance(c, cmd.StartRead):
+                out.append(self._read(c, now_s))
+            elif isinstance(c, cmd.StartPrefillStep):
+                out.append(self._step(c, now_s))
+            elif isinstance(c, cmd.StartH2D):
+                out.append(self._h2d(c))
+            elif isinstance(c, cmd.StartPersist):
+                out.append(self._persist(c))
+            elif isinstance(c, cmd.DecodeChanged):
+                if c.node_id not in changed:
+                    changed.append(c.node_id)
+            elif isinstance(c, cmd.RequestDone):
+                out += self._done(c.request, now_s)
+            # TokenMilestone: the token ids themselves come with step_done / decode_done events.
+        for node in changed:
+            out += self._decode_next(node)
+        return out
+
+    def _pe_node(self, request: Request) -> int:
+        assert request.pe_engine is not None
+        return self.core.node_of_engine(request.pe_engine)
+
+    def _de_name(self, request: Request) -> str:
+        assert request.de_engine is not None
+        return self.node_name(self.core.node_of_engine(request.de_engine))
+
+    def _read(self, c: cmd.StartRead, now_s: float) -> tuple[str, Message]:
+        request = c.request
+        live = self._live[request.request_id]
+        live.times.setdefault("read_start", now_s)
+        pe_side = c.node_id == self._pe_node(request)
+        # Split read path: the PE side reads the first pe_read_tokens of the hit, the DE side the rest.
+        start = 0 if pe_side else request.pe_read_tokens
+        message = {
+            "type": "read",
+            "rid": request.request_id,
+            "token_ids": live.token_ids[: request.hit_tokens],
+            "start_tokens": start,
+            "tokens": c.tokens,
+            "side": "pe" if pe_side else "de",
+            "prompt_tokens": request.prompt_tokens,
+        }
+        return self.node_name(c.node_id), message
+
+    def _step(self, c: cmd.StartPrefillStep, now_s: float) -> tuple[str, Message]:
+        items = []
+        for batch in c.batches:
+            for it in batch:
+                r = it.request
+                live = self._live[r.request_id]
+                live.times.setdefault("prefill_start", now_s)
+                items.append(
+                    {
+                        "rid": r.request_id,
+                        "pe_engine": it.pe_engine,
+                        "de": self._de_name(r),
+                        "token_ids": live.token_ids,
+                        "cached_tokens": it.cached_tokens,
+                        "new_tokens": it.new_tokens,
+                        "hit_tokens": r.hit_tokens,
+                        "usable_hit_tokens": live.usable_hit_tokens,
+                        "pe_read_tokens": r.pe_read_tokens,
+                        "de_read_tokens": r.de_read_tokens,
+                        "load_pe_tokens": it.load_pe_tokens,
+                        "load_de_tokens": it.load_de_tokens,
+                        "out_tokens": it.out_tokens,
+                        "completes_prefill": it.completes_prefill,
+                        "inline_io": self.core.mode.skip_io,
+                    }
+                )
+        message = {"type": "step", "step_id": c.step_id, "layerwise": c.layerwise, "items": items}
+        return self.node_name(c.node_id), message
+
+    def _h2d(self, c: cmd.StartH2D) -> tuple[str, Message]:
+        live = self._live[c.request.request_id]
+        message = {
+            "type": "h2d",
+            "rid": c.request.request_id,
+            "de_engine": c.de_engine,
+            "tokens": c.tokens,
+            "token_ids": live.token_ids,
+            "first_token": live.first_token,
+            "hit_tokens": live.usable_hit_tokens,
+        }
+        return self._de_name(c.request), message
+
+    def _persist(self, c: cmd.StartPersist) -> tuple[str, Message]:
+        message = {"type": "persist", "rid": c.request.request_id, "tokens": c.tokens, "from_hbm": c.from_hbm}
+        return self._de_name(c.request), message
+
+    def _decode_next(self, node: int) -> Outgoing:
+        """At a step boundary: joiners merge (core), and exactly one step of that batch goes out."""
+        if self._decode_busy[node]:
+            return []  # joiners wait for the running step's boundary (DecodeChanged)
+        joining = list(self.core.de_nodes[node].joining)
+        if not self.core.decode_merge(node):
+            return []
+        self._batch[node] += joining
+        self._decode_busy[node] = True
+        self._decode_step[node] += 1
+        joins = []
+        for r in joining:
+            live = self._live[r.request_id]
+            joins.append({"rid": r.request_id, "token_ids": live.token_ids, "first_token": live.first_token,
+                          "hit_tokens": live.usable_hit_tokens})  # fmt: skip
+        message = {
+            "type": "decode_step",
+            "step": self._decode_step[node],
+            "batch": [r.request_id for r in self._batch[node]],
+            "join": joins,
+            "inline_io": self.core.mode.skip_io,
+        }
+        return [(self.node_name(node), message)]
+
+    def _done(self, request: Request, now_s: float) -> Outgoing:
+        live = self._live.pop(request.request_id)
+        live.times["finished"] = now_s
+        self._poked = True
+        info = {
+            "hit_tokens": request.hit_tokens,
+            "effective_hit_tokens": live.usable_hit_tokens,
+            "read_side": _read_side(request),
+            "pe": request.pe_engine,
+            "de": request.de_engine,
+            "times_s": {k: v - live.times["arrival"] for k, v in sorted(live.times.items())},
+        }
+        release = {"type": "release", "rid": request.request_id, "inline_io": self.core.mode.skip_io,
+                   "token_ids": live.token_ids}  # fmt: skip
+        return [
+            (self._de_name(request), release),
+            (CLIENT, {"type": "done", "rid": request.request_id, **info}),
+        ]
+
+    # ---- inspection --------------------------------------------------------------------------------
+    @property
+    def active_requests(self) -> int:
+        return len(self._live)
+
+    def phase(self, rid: int) -> Phase | None:
+        live = self._live.get(rid)
+        return None if live is None else live.request.phase
+
+
+def _read_side(request: Request) -> str:
+    if request.hit_tokens == 0:
+        return "none"
+    return "de" if request.de_read_tokens > request.pe_read_tokens else "pe"
