@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from fake_cluster import FakeCluster, small_config
 
 from dualpath.policy.decisions import Assignment, BatchDecision
 from dualpath.runtime.driver import RuntimeDriver
-from fake_cluster import FakeCluster, small_config
 
 MODES = ("basic", "layerwise", "dualpath-rr", "dualpath", "oracle")
 
