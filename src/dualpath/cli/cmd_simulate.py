@@ -11,7 +11,7 @@ from typing import Any
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
-    p = subparsers.add_parser(
+    p: argparse.ArgumentParser = subparsers.add_parser(
         "simulate", help="simulate a PD-disaggregated cluster serving agentic trajectories"
     )
     p.add_argument("--hardware", default="hopper-8x400g", help="hardware preset or TOML file")

@@ -386,6 +386,7 @@ class Simulation:
         for batch in c.batches:
             for it in batch:
                 de = it.request.de_engine
+                assert de is not None  # placed on a DE before any prefill
                 if kind == "load":
                     if it.load_pe_tokens:
                         key = self.topo.load_local(it.pe_engine)
