@@ -6,10 +6,17 @@ wire or in loopback), `n/cnic{i}_write` (bytes it pushes over PCIe), `n/gpu{i}_d
 (the GPU's PCIe link into / out of HBM). One `storage` link is the 3FS aggregate. Counting a CNIC by its
 PCIe read and write sides is exactly the §4.2 accounting (loopback H2D/D2H never reaches the switch).
 
+NOTE: PE GPU i reaches the DE *buffer* (node-wide host DRAM) through the DE node's rail-i CNIC, the
+NIC on its own rail of a rail-optimised fabric (same-rank NICs share a leaf switch), whatever DE GPU
+the request decodes on; only the H2D/D2H between the buffer and DE GPU j use CNIC j. The paper does
+not say which DE CNIC serves the buffer; with every PE rank equally loaded this spreads the buffer's
+traffic evenly over the DE CNICs (§4.2's balance assumption), and a step's flows are one per (PE GPU,
+DE node) instead of one per (PE GPU, DE GPU).
+
     read            storage -> n/snic_rx -> n/dram                              (Fig. 4 steps 1-2)
     load, PE path   p/dram -> p/cnic_read -> p/cnic_write -> p/gpu_down        (4a steps 3-4, loopback)
-    load, DE path   d/dram -> d/cnic_read => p/cnic_write -> p/gpu_down        (4b steps 3-5)
-    KV out          p/gpu_up -> p/cnic_read => d/cnic_write -> d/dram           (4a steps 5-7)
+    load, DE path   d/dram -> d/cnic{i}_read => p/cnic{i}_write -> p/gpu{i}_down  (4b steps 3-5)
+    KV out          p/gpu{i}_up -> p/cnic{i}_read => d/cnic{i}_write -> d/dram    (4a steps 5-7)
     H2D on the DE   d/dram -> d/cnic_read -> d/cnic_write -> d/gpu_down        (4a 8-9, 4b 6-7)
     D2H on the DE   d/gpu_up -> d/cnic_read -> d/cnic_write -> d/dram          (§4.1 persistence)
     persist         d/dram -> d/snic_tx -> storage
@@ -70,14 +77,14 @@ class Topology:
         return (n.dram, n.cnic_read[i], n.cnic_write[i], n.gpu_down[i])
 
     def load_remote(self, de: int, pe: int) -> tuple[Link, ...]:
-        d, j = self._at(de)
+        d, _ = self._at(de)
         p, i = self._at(pe)
-        return (d.dram, d.cnic_read[j], p.cnic_write[i], p.gpu_down[i])
+        return (d.dram, d.cnic_read[i], p.cnic_write[i], p.gpu_down[i])
 
     def kv_out(self, pe: int, de: int) -> tuple[Link, ...]:
         p, i = self._at(pe)
-        d, j = self._at(de)
-        return (p.gpu_up[i], p.cnic_read[i], d.cnic_write[j], d.dram)
+        d, _ = self._at(de)
+        return (p.gpu_up[i], p.cnic_read[i], d.cnic_write[i], d.dram)
 
     def h2d(self, de: int) -> tuple[Link, ...]:
         d, j = self._at(de)
