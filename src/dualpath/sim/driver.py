@@ -22,13 +22,14 @@ from dualpath.engine import commands as cmd
 from dualpath.engine.core import ClusterCore, CoreConfig
 from dualpath.engine.modes import get_mode
 from dualpath.model import arch
+from dualpath.policy.batching import AttentionTimeFn
 from dualpath.policy.decisions import Assignment, DecisionLog
 from dualpath.sim.agents import Agent, Round
-from dualpath.sim.cost import gpu_cost_model
+from dualpath.sim.cost import CostModel, gpu_cost_model
 from dualpath.sim.kernel import Simulator
 from dualpath.sim.links import Link, LinkNetwork, TrafficClass
 from dualpath.sim.prefill_timing import layerwise_end_s, whole_kv_end_s
-from dualpath.sim.rates import attention_predictor, core_rates, hbm_kv_tokens
+from dualpath.sim.rates import CoreRates, attention_predictor, core_rates, hbm_kv_tokens
 from dualpath.sim.topology import Topology
 
 LOW = TrafficClass.LOW
@@ -43,6 +44,11 @@ class SimConfig:
     aps: float | None = None  # None: offline, every agent starts at t = 0
     duration_s: float | None = None  # online: stop here
     record_links: bool = False
+    # The twin (dualpath.twin) predicts the CPU runtime: a calibrated cost model, and the core's α, β and
+    # §6.4 predictor computed the way the runtime's driver computes them. None: derived from the specs.
+    cost_model: CostModel | None = None
+    core_rates: CoreRates | None = None
+    attention_time_s: AttentionTimeFn | None = None
 
 
 @dataclass
@@ -149,10 +155,12 @@ class Simulation:
         nodes = c.num_prefill_nodes + c.num_decode_nodes
         self.topo = Topology(self.net, c.hardware, nodes, record=config.record_links)
         g = c.hardware.gpus_per_node
-        self.cost = gpu_cost_model(c.model, c.hardware, decode_ep_size=c.num_decode_nodes * g)
+        self.cost = config.cost_model or gpu_cost_model(
+            c.model, c.hardware, decode_ep_size=c.num_decode_nodes * g
+        )
         self.kv_bytes = arch.kv_bytes_per_token(c.model)
         ctx, app = _typical(trajectories)
-        rates = core_rates(c, self.cost, context_tokens=ctx, append_tokens=app)
+        rates = config.core_rates or core_rates(c, self.cost, context_tokens=ctx, append_tokens=app)
         self.mode = get_mode(config.mode)
         self.log = DecisionLog()
         self.core = ClusterCore(
@@ -171,7 +179,7 @@ class Simulation:
                 beta_tokens=rates.beta_tokens,
                 read_path=config.read_path,
             ),
-            attention_time_s=attention_predictor(self.cost, c.model.num_layers),
+            attention_time_s=config.attention_time_s or attention_predictor(self.cost, c.model.num_layers),
             log=self.log,
         )
         self.rates = rates
