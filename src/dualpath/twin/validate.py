@@ -1,0 +1,184 @@
+"""`dualpath validate`: the same trace through the runtime (measured) and the simulator (predicted).
+
+Per mode: a fresh local cluster replays the bench trace (as `runtime.experiment.run_mode`), and the
+simulator, set up from the cluster file and a calibration (`twin.predict`), replays the same scaled
+rounds. The comparison is per metric: measured, predicted, error % = (predicted - measured) / measured.
+"""
+
+from __future__ import annotations
+
+import math
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dualpath.runtime.bench import BenchOptions, make_plans
+from dualpath.runtime.cluster import RuntimeClusterSpec
+from dualpath.twin.calibrate import Calibration
+from dualpath.twin.predict import predict, read_path_bytes
+
+COMPARED = ("jct_s", "ttft_mean_s", "ttft_p90_s", "tpot_mean_s", "throughput_tok_s")
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModeResult:
+    mode: str
+    measured: dict[str, Any]
+    predicted: dict[str, Any]
+
+    def error_pct(self) -> dict[str, float | None]:
+        return {k: error_pct(self.measured.get(k), self.predicted.get(k)) for k in COMPARED}
+
+    def to_dict(self) -> dict[str, Any]:
+        strip = ("ttft_series",)
+        return {
+            "measured": {k: v for k, v in self.measured.items() if k not in strip},
+            "predicted": {k: v for k, v in self.predicted.items() if k not in strip},
+            "error_pct": self.error_pct(),
+        }
+
+
+def error_pct(measured: Any, predicted: Any) -> float | None:
+    if not isinstance(measured, (int, float)) or not isinstance(predicted, (int, float)) or measured == 0:
+        return None
+    if math.isnan(measured) or math.isnan(predicted):
+        return None
+    return 100.0 * (predicted - measured) / measured
+
+
+def trace_rounds(options: BenchOptions) -> list[list[tuple[int, int]]]:
+    """The bench's agents' scaled (append, generated) rounds: the exact trace the runtime replays."""
+    return [list(plan.rounds) for plan in make_plans(options)]
+
+
+def measure_mode(
+    mode: str,
+    options: BenchOptions,
+    *,
+    config: str,
+    settings: Sequence[str] = (),
+    progress: bool = False,
+) -> dict[str, Any]:
+    """One fresh cluster with an empty store (as `runtime.experiment.run_mode`), keeping per-round times."""
+    from dualpath.runtime.bench import run as run_bench
+    from dualpath.runtime.launcher import ServeProcess
+
+    extra = tuple(arg for item in settings for arg in ("--set", item))
+    with (
+        tempfile.TemporaryDirectory(prefix="dualpath-store-") as store,
+        ServeProcess(config, mode=mode, store_dir=Path(store), extra_args=extra) as server,
+    ):
+        summary, result = run_bench(server.url, options, progress=progress)
+    return measured_metrics(summary, result.rounds)
+
+
+def measured_metrics(summary: dict[str, Any], rounds: Sequence[Any]) -> dict[str, Any]:
+    snic = {node: {"rx": float(d["rx"]), "tx": float(d["tx"])} for node, d in summary["snic"].items()}
+    return {
+        "jct_s": float(summary["jct_s"]),
+        "ttft_mean_s": float(summary["ttft_s"]["mean"]),
+        "ttft_p90_s": float(summary["ttft_s"]["p90"]),
+        "tpot_mean_s": float(summary["tpot_s"]["mean"]),
+        # Generated tokens over the makespan (the runtime's wall also covers the client's start-up).
+        "throughput_tok_s": float(summary["generated_tokens"]) / float(summary["jct_s"]),
+        "snic_bytes": snic,
+        "ttft_series": sorted((r.first_token_s, r.ttft_s) for r in rounds),
+    }
+
+
+def validate(
+    spec: RuntimeClusterSpec,
+    cal: Calibration,
+    options: BenchOptions,
+    modes: Sequence[str],
+    *,
+    config: str,
+    settings: Sequence[str] = (),
+    progress: Progress = lambda _: None,
+    bars: bool = False,
+) -> dict[str, ModeResult]:
+    trajectories = trace_rounds(options)
+    out: dict[str, ModeResult] = {}
+    for mode in modes:
+        progress(f"[{mode}] simulating the trace on the calibrated twin ...")
+        predicted, _ = predict(spec, cal, mode, trajectories, aps=options.aps, seed=options.seed)
+        progress(f"[{mode}] replaying {options.agents} agents on a fresh {spec.name} cluster ...")
+        measured = measure_mode(mode, options, config=config, settings=settings, progress=bars)
+        measured["read_path_bytes"] = read_path_bytes(measured["snic_bytes"], spec)
+        out[mode] = ModeResult(mode=mode, measured=measured, predicted=predicted)
+    return out
+
+
+def layout(spec: RuntimeClusterSpec) -> dict[str, Any]:
+    return {
+        "name": spec.name,
+        "num_prefill_nodes": spec.num_prefill_nodes,
+        "num_decode_nodes": spec.num_decode_nodes,
+        "engines_per_node": spec.engines_per_node,
+        "block_tokens": spec.block_tokens,
+        "hbm_tokens": spec.hbm_tokens,
+        "dram_buffer_bytes": spec.dram_buffer_bytes,
+        "snic_bytes_per_s": spec.snic_bytes_per_s,
+        "cnic_bytes_per_s": spec.cnic_bytes_per_s,
+        "read_path": spec.read_path,
+    }
+
+
+def format_tables(results: dict[str, ModeResult]) -> str:
+    head = f"{'mode':<10}{'metric':<18}{'measured':>12}{'predicted':>12}{'error':>9}"
+    lines = [head, "-" * len(head)]
+    for mode, r in results.items():
+        errors = r.error_pct()
+        for k in COMPARED:
+            err = errors[k]
+            lines.append(
+                f"{mode:<10}{k:<18}{r.measured[k]:>12.3f}{r.predicted[k]:>12.3f}"
+                + (f"{err:>8.1f}%" if err is not None else f"{'-':>9}")
+            )
+        for node in sorted(r.measured["snic_bytes"]):
+            m, p = r.measured["snic_bytes"][node], r.predicted["snic_bytes"].get(node, {})
+            for d in ("rx", "tx"):
+                e = error_pct(m[d], p.get(d))
+                lines.append(
+                    f"{mode:<10}{'snic ' + node + ' ' + d + ' MB':<18}{m[d] / 1e6:>12.2f}{p.get(d, 0.0) / 1e6:>12.2f}"
+                    + (f"{e:>8.1f}%" if e is not None else f"{'-':>9}")
+                )
+        for path in ("pe_read", "de_read"):
+            m, p = r.measured["read_path_bytes"][path], r.predicted["read_path_bytes"][path]
+            e = error_pct(m, p)
+            lines.append(
+                f"{mode:<10}{path + ' MB':<18}{m / 1e6:>12.2f}{p / 1e6:>12.2f}"
+                + (f"{e:>8.1f}%" if e is not None else f"{'-':>9}")
+            )
+    jm = {m: r.measured["jct_s"] for m, r in results.items()}
+    jp = {m: r.predicted["jct_s"] for m, r in results.items()}
+    if "basic" in jm and "dualpath" in jm:
+        rm, rp = jm["basic"] / jm["dualpath"], jp["basic"] / jp["dualpath"]
+        lines.append(
+            f"basic/dualpath JCT: measured {rm:.2f}x, predicted {rp:.2f}x ({100 * (rp / rm - 1):+.1f}%)"
+        )
+    return "\n".join(lines)
+
+
+def plot_ttft(results: dict[str, ModeResult], path: Path) -> None:
+    """Measured (dots) and predicted (line) TTFT against the time each first token came, per mode."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(len(results), 1, figsize=(8, 2.6 * len(results)), squeeze=False)
+    for ax, (mode, r) in zip(axes[:, 0], results.items(), strict=True):
+        for series, style, label in ((r.measured, "o", "measured"), (r.predicted, "-", "predicted")):
+            pts = series.get("ttft_series", [])
+            ax.plot([t for t, _ in pts], [v for _, v in pts], style, markersize=3, label=label)
+        ax.set_title(mode)
+        ax.set_ylabel("TTFT s")
+        ax.legend(loc="upper right")
+    axes[-1, 0].set_xlabel("time of the first token, s")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
