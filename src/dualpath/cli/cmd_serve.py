@@ -46,6 +46,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         help="override a cluster field, e.g. snic_bytes_per_s=8MB/s",
     )
     parser.add_argument("--tcp", action="store_true", help="move KV over ZeroMQ TCP instead of shared memory")
+    parser.add_argument(
+        "--event-log",
+        type=Path,
+        help="on exit, write the driver's config, input events, messages and decisions here (JSON, replayable)",
+    )
     parser.set_defaults(func=run)
     return parser
 
@@ -76,4 +81,5 @@ def run(args: argparse.Namespace) -> int:
         spawn_nodes=not args.no_spawn,
         control_port=args.control_port,
         tcp_data_plane=args.tcp,
+        event_log_path=args.event_log,
     )

@@ -20,6 +20,7 @@ from dualpath.engine.core import ClusterCore, CoreConfig
 from dualpath.engine.modes import get_mode
 from dualpath.policy.batching import AttentionTimeFn
 from dualpath.policy.decisions import Assignment, DecisionLog
+from dualpath.policy.types import ReadSide
 from dualpath.request import Phase, Request
 
 Message = dict[str, Any]
@@ -245,7 +246,7 @@ class RuntimeDriver:
         if len(running) < len(self._batch[node]):
             self._poked = True  # a last token freed DE HBM
         self._batch[node] = running
-        return out + self._decode_next(node)
+        return out + self._decode_next(node, now_s)
 
     # ---- commands -> messages --------------------------------------------------------------------
     def _do(self, commands: list[cmd.Command], now_s: float) -> Outgoing:
@@ -267,7 +268,7 @@ class RuntimeDriver:
                 out += self._done(c.request, now_s)
             # TokenMilestone: the token ids themselves come with step_done / decode_done events.
         for node in changed:
-            out += self._decode_next(node)
+            out += self._decode_next(node, now_s)
         return out
 
     def _pe_node(self, request: Request) -> int:
@@ -339,10 +340,20 @@ class RuntimeDriver:
         return self._de_name(c.request), message
 
     def _persist(self, c: cmd.StartPersist) -> tuple[str, Message]:
-        message = {"type": "persist", "rid": c.request.request_id, "tokens": c.tokens, "from_hbm": c.from_hbm}
+        # The core has advanced persisted_tokens past these blocks: they are [end - tokens, end).
+        end = c.request.persisted_tokens
+        message = {
+            "type": "persist",
+            "rid": c.request.request_id,
+            "tokens": c.tokens,
+            "start_tokens": end - c.tokens,
+            "end_tokens": end,
+            "from_hbm": c.from_hbm,
+            "token_ids": [] if c.from_hbm else self._live[c.request.request_id].token_ids,
+        }
         return self._de_name(c.request), message
 
-    def _decode_next(self, node: int) -> Outgoing:
+    def _decode_next(self, node: int, now_s: float) -> Outgoing:
         """At a step boundary: joiners merge (core), and exactly one step of that batch goes out."""
         if self._decode_busy[node]:
             return []  # joiners wait for the running step's boundary (DecodeChanged)
@@ -355,6 +366,7 @@ class RuntimeDriver:
         joins = []
         for r in joining:
             live = self._live[r.request_id]
+            live.times["decode_start"] = now_s
             joins.append({"rid": r.request_id, "token_ids": live.token_ids, "first_token": live.first_token,
                           "hit_tokens": live.usable_hit_tokens})  # fmt: skip
         message = {
@@ -398,4 +410,5 @@ class RuntimeDriver:
 def _read_side(request: Request) -> str:
     if request.hit_tokens == 0:
         return "none"
-    return "de" if request.de_read_tokens > request.pe_read_tokens else "pe"
+    side = ReadSide.DE if request.de_read_tokens > request.pe_read_tokens else ReadSide.PE
+    return side.value

@@ -47,8 +47,11 @@ def submit_hit_read(
     return future
 
 
-def scatter_hits(links: NodeLinks, staging: Region, region: Region, hit_tokens: int) -> None:
-    """Full Blocks `[blocks, layers, bt, row]` in `staging` -> rows `[0, hit)` of each layer of `region`."""
+def scatter_hits(
+    links: NodeLinks, staging: Region, region: Region, hit_tokens: int, *, start_tokens: int = 0
+) -> None:
+    """Full Blocks `[blocks, layers, bt, row]` in `staging` -> rows `[start, start + hit)` of each layer
+    of `region` (a split read brings the tail of the hit: `start_tokens` > 0)."""
     if hit_tokens == 0:
         return
     bt, layers, row = links.block_tokens, region.num_layers, links.row_bytes
@@ -58,7 +61,7 @@ def scatter_hits(links: NodeLinks, staging: Region, region: Region, hit_tokens: 
     )
     src = src.view(blocks, layers, bt * row)
     for layer in range(layers):
-        start = region.layer_offset_bytes(layer)
+        start = region.layer_offset_bytes(layer) + start_tokens * row
         dst = torch.frombuffer(links.dram_view, dtype=torch.uint8, count=hit_tokens * row, offset=start)
         dst.view(blocks, bt * row).copy_(src[:, layer])
 

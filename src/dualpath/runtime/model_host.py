@@ -28,3 +28,19 @@ def measure_prefill_tokens_per_s(model: Transformer) -> float:
     start = time.perf_counter()
     model.prefill(ids)
     return _WARMUP_TOKENS / max(time.perf_counter() - start, 1e-6)
+
+
+def measure_attention_s_per_token_pair(model: Transformer) -> float:
+    """The §6.4 predictor's quadratic term: extra seconds per (new × cached) token pair, measured as the
+    difference between a forward of `_WARMUP_TOKENS` new tokens over a long cached prefix and over none."""
+    cached_tokens = 3 * _WARMUP_TOKENS
+    prefix = model.prefill(torch.arange(cached_tokens) % model.config.vocab_size).kv
+    ids = torch.arange(_WARMUP_TOKENS) % model.config.vocab_size
+    model.prefill(ids, prefix)  # warm
+    start = time.perf_counter()
+    model.prefill(ids)
+    bare_s = time.perf_counter() - start
+    start = time.perf_counter()
+    model.prefill(ids, prefix)
+    over_prefix_s = time.perf_counter() - start
+    return max(0.0, over_prefix_s - bare_s) / (_WARMUP_TOKENS * cached_tokens)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import queue
 import signal
 import sys
 import threading
@@ -33,7 +34,11 @@ from dualpath.runtime.cluster import RuntimeClusterSpec
 from dualpath.runtime.control import Message, dealer, recv_all, send
 from dualpath.runtime.dram import DramBuffer
 from dualpath.runtime.model.transformer import Transformer
-from dualpath.runtime.model_host import build_model, measure_prefill_tokens_per_s
+from dualpath.runtime.model_host import (
+    build_model,
+    measure_attention_s_per_token_pair,
+    measure_prefill_tokens_per_s,
+)
 from dualpath.transfer import (
     EmulatedNic,
     PacedBackend,
@@ -130,6 +135,9 @@ class NodeLinks:
         self._lock = threading.Lock()
         self._local = threading.local()
         self._context = zmq.Context.instance()
+        self._events: queue.Queue[Message | None] = queue.Queue()
+        self._emitter = threading.Thread(target=self._emit_loop, name="events", daemon=True)
+        self._emitter.start()
 
     @property
     def block_tokens(self) -> int:
@@ -153,6 +161,19 @@ class NodeLinks:
             self._local.socket = socket
         send(socket, message)
 
+    def emit(self, event: Message) -> None:
+        """A completion event for the scheduler's `RuntimeDriver`, from any thread.
+
+        One sender thread keeps them in the order they were emitted (a step's `step_done` before its
+        `kv_out_done`): the core requires that order, and per-thread sockets would not keep it.
+        """
+        self._events.put({**event, "node": self.name})
+
+    def _emit_loop(self) -> None:
+        while (event := self._events.get()) is not None:
+            with contextlib.suppress(zmq.ZMQError):
+                self.send(event)
+
     def stats(self) -> dict[str, float]:
         snic = self.snic.stats()
         return {
@@ -167,6 +188,8 @@ class NodeLinks:
         }
 
     def close(self) -> None:
+        self._events.put(None)
+        self._emitter.join(timeout=2)
         self.reader.close()
         self.writer.close()
         self.raw.close()
@@ -174,12 +197,12 @@ class NodeLinks:
 
 def _make_engine(links: NodeLinks) -> Engine:
     if links.options.role == "prefill":
-        from dualpath.runtime.prefill import PrefillEngine
+        from dualpath.runtime.pe_executor import PrefillExecutor
 
-        return PrefillEngine(links)
-    from dualpath.runtime.decode import DecodeEngine
+        return PrefillExecutor(links)
+    from dualpath.runtime.de_executor import DecodeExecutor
 
-    return DecodeEngine(links)
+    return DecodeExecutor(links)
 
 
 def _notice_loop(links: NodeLinks, engine: Engine, stop: threading.Event) -> None:
@@ -214,6 +237,9 @@ def run_node(options: NodeOptions, spec: RuntimeClusterSpec) -> int:
             "kv_bytes_per_token": model.config.kv_bytes_per_token_per_layer * model.config.num_layers,
             "hbm_tokens": spec.hbm_tokens,
             "prefill_tokens_per_s": measure_prefill_tokens_per_s(model) if options.role == "prefill" else 0.0,
+            "attention_s_per_token_pair": (
+                measure_attention_s_per_token_pair(model) if options.role == "prefill" else 0.0
+            ),
         }
         start = _await_start(control, hello, options, stop)
         if start is None:

@@ -1,189 +1,179 @@
-"""The scheduler process: the HTTP API plus the core's `RequestScheduler`, driven by node fetches.
+"""The scheduler process: the HTTP API plus `RuntimeDriver`, which runs the decision core `ClusterCore`.
 
-NOTE: the driver loop (paper §6). Every node leader reports its load every `report_interval_s`; each
-report is a *fetch*: a DE report runs the two-phase DE assignment (§6.2), a PE report runs Algorithm 1 and
-the read-path choice (§6.1, §6.3). Assignments go out as `admit` (to the DE) and `prefill` (to the PE).
-All decisions come from `dualpath.policy.RequestScheduler`; this file only keeps books and moves messages.
+NOTE: one policy, two drivers (DESIGN §2). Every placement, read, batch, H2D, persist and decode step is
+decided by `engine.ClusterCore` through `runtime.driver.RuntimeDriver`, exactly as the simulator drives it;
+this file only moves messages: node completion events in, the driver's node messages out, token chunks
+to the HTTP streams. Group fetches are coalesced: one after each drained batch of incoming messages (and
+after each arrival) when the driver says one is due, plus a periodic tick (§6.1 "periodically").
 
-    HTTP ──submit──► RequestScheduler ◄──report(fetch)── node leaders
-                          │ Assignment
-                          ├──admit──► DE node        tokens/finished ──► HTTP stream
-                          └──prefill─► PE node       first token     ──► HTTP stream
-
-Loads a node has not yet acknowledged (assignments in flight) are added to its report, so two fetches in
-quick succession never see the same free HBM twice.
+    HTTP ──submit──► RuntimeDriver(ClusterCore) ◄── read_done / step_done / kv_out_done / h2d_done /
+                          │                            persist_done / decode_done   (node events)
+                          └── read / step / h2d / persist / decode_step / release ──► nodes
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import zmq
 import zmq.asyncio
 
-from dualpath.config.specs import SchedulerSpec
-from dualpath.engine.modes import get_mode
 from dualpath.kvcache import FileStore, block_keys
-from dualpath.policy.decisions import Assignment
-from dualpath.policy.read_path import make_read_path_policy
-from dualpath.policy.scheduler import RequestScheduler
-from dualpath.policy.types import EngineLoad
-from dualpath.request import Request
 from dualpath.runtime.api import CompletionRequest, TokenChunk
 from dualpath.runtime.cluster import RuntimeClusterSpec
 from dualpath.runtime.control import Message, decode, encode
+from dualpath.runtime.driver import CLIENT, DriverConfig, RuntimeDriver
 from dualpath.runtime.model.tokenizer import ByteTokenizer
 from dualpath.runtime.prom import ServeMetrics
 
-_LOAD_KEYS = ("seq", "tok", "read_q_tokens", "free_hbm_tokens")
+_DRIVER_EVENTS = ("read_done", "step_done", "kv_out_done", "h2d_done", "persist_done", "decode_done")
+_FETCH_TICK_S = (
+    0.02  # periodic fetch when nothing else woke the loop (paper §6.1: leaders fetch periodically)
+)
 
 
 @dataclass
 class LiveRequest:
-    request: Request
+    rid: int
     api: CompletionRequest
     chunks: asyncio.Queue[TokenChunk]
-    read_side: str = "none"
+    hit_tokens: int
     first_token_s: float | None = None
     generated: int = 0
 
 
 @dataclass
 class NodeSlot:
-    node_id: int
     name: str
     role: str
     hello: Message
-    report: Message = field(default_factory=dict)
-    pending: dict[int, dict[str, int]] = field(default_factory=dict)  # rid -> load not yet reported
-
-    def load(self) -> EngineLoad:
-        known = set(self.report.get("known", ()))
-        extra = {k: 0 for k in _LOAD_KEYS}
-        for rid in [r for r in self.pending if r in known]:
-            del self.pending[rid]  # the node counts it itself now
-        for delta in self.pending.values():
-            for k, v in delta.items():
-                extra[k] += v
-        base = {k: int(self.report.get(k, 0)) for k in _LOAD_KEYS}
-        if not self.report:
-            base["free_hbm_tokens"] = int(self.hello.get("hbm_tokens", 0))
-        return EngineLoad(
-            engine_id=self.node_id,
-            node_id=self.node_id,
-            seq=base["seq"] + extra["seq"],
-            tok=base["tok"] + extra["tok"],
-            read_q_tokens=base["read_q_tokens"] + extra["read_q_tokens"],
-            free_hbm_tokens=base["free_hbm_tokens"] + extra["free_hbm_tokens"],
-        )
 
 
 class ClusterScheduler:
     """Books of the scheduler process; `handle` consumes one control message and returns replies."""
 
-    def __init__(self, spec: RuntimeClusterSpec, store_dir: Path, *, mode: str | None = None) -> None:
+    def __init__(
+        self,
+        spec: RuntimeClusterSpec,
+        store_dir: Path,
+        *,
+        mode: str | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        event_log_path: Path | None = None,
+    ) -> None:
         self.spec = spec
         self.mode = mode or spec.mode
-        self.mode_spec = get_mode(self.mode)
-        self.read_path = spec.read_path or self.mode_spec.read_path  # "" in the cluster file: the mode's own
         self.expected = spec.node_ids()
         self.nodes: dict[str, NodeSlot] = {}
         self.live: dict[int, LiveRequest] = {}
         self.metrics = ServeMetrics()
         self.store = FileStore(store_dir, capacity_bytes=2**62)
         self.tokenizer = ByteTokenizer()
-        self.core: RequestScheduler | None = None
-        self._next_id = 0
+        self.driver: RuntimeDriver | None = None
         self.model_info: Message = {}
         self.addresses: dict[str, str] = {}  # transfer endpoints, known once a node says ready
+        self.clock = clock
+        self.event_log_path = event_log_path
+        self.sent: list[tuple[float, list[tuple[str, Message]]]] = []  # with event_log_path: for replays
 
     # ---- readiness --------------------------------------------------------------------------------
     def is_ready(self) -> bool:
-        return self.core is not None and len(self.addresses) == len(self.expected)
+        return self.driver is not None and len(self.addresses) == len(self.expected)
 
     def _start_core(self) -> list[tuple[str, Message]]:
         pe = [s for s in self.nodes.values() if s.role == "prefill"]
-        de = [s for s in self.nodes.values() if s.role == "decode"]
         info = pe[0].hello
         self.model_info = {
             k: info[k] for k in ("model", "vocab_size", "max_context_tokens", "kv_bytes_per_token")
         }
-        read_tokens_per_s = self.spec.snic_bytes_per_s / info["kv_bytes_per_token"]
-        sched_spec = SchedulerSpec(block_tokens=self.spec.block_tokens)
-        prefill_tokens_per_s = min(float(s.hello["prefill_tokens_per_s"]) for s in pe)
-        self.core = RequestScheduler(
-            pe_nodes={s.node_id: [s.node_id] for s in pe},
-            de_nodes={s.node_id: [s.node_id] for s in de},
-            spec=sched_spec,
-            read_path=make_read_path_policy(self.read_path),
-            read_tokens_per_s={s.node_id: read_tokens_per_s for s in self.nodes.values()},
-            # α, β as Appendix A.4 defines them: tokens read from storage in 3 s, prefilled in 5 s.
-            alpha_tokens=sched_spec.alpha_read_s * read_tokens_per_s,
-            beta_tokens=sched_spec.beta_compute_s * prefill_tokens_per_s,
-            scheduling=self.mode_spec.scheduling,
-        )
+        self.driver = RuntimeDriver(self.driver_config())
         start = {"type": "start", "mode": self.mode}
         return [(name, start) for name in self.nodes]
 
-    # ---- requests ---------------------------------------------------------------------------------
-    def submit(self, api: CompletionRequest) -> LiveRequest:
-        assert self.core is not None
-        bt = self.spec.block_tokens
-        keys = block_keys(list(api.prompt_token_ids), bt)
-        hit_tokens = self.store.hit_blocks(keys) * bt
-        if hit_tokens >= len(api.prompt_token_ids):
-            hit_tokens -= bt  # at least one prompt token must be computed (it yields the first token)
-        request = Request(
-            request_id=self._next_id,
-            trajectory_id=0,
-            round_index=0,
-            prompt_tokens=len(api.prompt_token_ids),
-            hit_tokens=hit_tokens,
-            gen_tokens=api.max_tokens,
-            arrival_s=time.monotonic(),
+    def driver_config(self) -> DriverConfig:
+        pe = [s for s in self.nodes.values() if s.role == "prefill"]
+        return DriverConfig(
+            node_names=tuple(name for name, _ in self.expected),
+            num_prefill_nodes=self.spec.num_prefill_nodes,
+            engines_per_node=self.spec.engines_per_node,
+            mode=self.mode,
+            read_path=self.spec.read_path or None,
+            block_tokens=self.spec.block_tokens,
+            kv_bytes_per_token=float(pe[0].hello["kv_bytes_per_token"]),
+            dram_buffer_bytes=float(self.spec.dram_buffer_bytes),
+            de_hbm_kv_tokens=self.spec.hbm_tokens,
+            pe_hbm_kv_tokens=self.spec.hbm_tokens,
+            snic_bytes_per_s=self.spec.snic_bytes_per_s,
+            # β and the §6.4 predictor from the slowest PE's measured costs (A.4 "profiled").
+            prefill_tokens_per_s=min(float(s.hello["prefill_tokens_per_s"]) for s in pe),
+            attention_s_per_token_pair=max(float(s.hello.get("attention_s_per_token_pair", 0.0)) for s in pe),
         )
-        self._next_id += 1
-        live = LiveRequest(request=request, api=api, chunks=asyncio.Queue())
-        self.live[request.request_id] = live
-        self.core.submit(request)
-        return live
+
+    # ---- requests ---------------------------------------------------------------------------------
+    def submit(self, api: CompletionRequest) -> tuple[LiveRequest, list[tuple[str, Message]]]:
+        assert self.driver is not None
+        bt = self.spec.block_tokens
+        ids = list(api.prompt_token_ids)
+        hit_tokens = self.store.hit_blocks(block_keys(ids, bt)) * bt
+        if hit_tokens >= len(ids):
+            hit_tokens -= bt  # at least one prompt token must be computed (it yields the first token)
+        now = self.clock()
+        rid, out = self.driver.submit(
+            token_ids=ids, hit_tokens=hit_tokens, max_tokens=api.max_tokens, now_s=now
+        )
+        live = LiveRequest(rid=rid, api=api, chunks=asyncio.Queue(), hit_tokens=hit_tokens)
+        self.live[rid] = live
+        return live, self._route(now, out) + self.maybe_fetch()
+
+    def maybe_fetch(self) -> list[tuple[str, Message]]:
+        """The coalesced group fetch, when the driver says one is due."""
+        if self.driver is None or not self.is_ready() or not self.driver.wants_fetch:
+            return []
+        now = self.clock()
+        return self._route(now, self.driver.handle({"type": "fetch"}, now))
+
+    def _route(self, now: float, out: list[tuple[str, Message]]) -> list[tuple[str, Message]]:
+        """Client-bound messages go to the HTTP streams here; the rest are returned for the nodes."""
+        if self.event_log_path is not None:
+            self.sent.append((now, out))
+        nodes = []
+        for dest, message in out:
+            if dest == CLIENT:
+                self._to_client(message)
+            else:
+                nodes.append((dest, message))
+        return nodes
 
     # ---- control messages -------------------------------------------------------------------------
     def handle(self, name: str, message: Message) -> list[tuple[str, Message]]:
         kind = message["type"]
+        if kind in _DRIVER_EVENTS:
+            if self.driver is None:
+                return []
+            now = self.clock()
+            return self._route(now, self.driver.handle(message, now))
         if kind == "hello":
             return self._on_hello(name, message)
         if kind == "report":
-            return self._on_report(name, message)
-        if kind == "ready":
+            self._on_report(message)
+        elif kind == "ready":
             return self._on_ready(message)
-        if kind == "tokens":
-            self._on_tokens(message)
-        elif kind == "finished":
-            self._on_finished(name, message)
         return []
 
     def _on_hello(self, name: str, message: Message) -> list[tuple[str, Message]]:
         roles = dict(self.expected)
         if roles.get(name) != message["role"]:
-            return [
-                (
-                    name,
-                    {
-                        "type": "reject",
-                        "reason": f"{name!r} is not a {message['role']} node of {self.spec.name}",
-                    },
-                )
-            ]
-        node_id = [n for n, _ in self.expected].index(name)
-        self.nodes[name] = NodeSlot(node_id=node_id, name=name, role=message["role"], hello=message)
-        if self.core is not None:  # a node that (re)joined after the start
+            reason = f"{name!r} is not a {message['role']} node of {self.spec.name}"
+            return [(name, {"type": "reject", "reason": reason})]
+        self.nodes[name] = NodeSlot(name=name, role=message["role"], hello=message)
+        if self.driver is not None:  # a node that (re)joined after the start
             return [(name, {"type": "start", "mode": self.mode})]
         if len(self.nodes) == len(self.expected):
             return self._start_core()
@@ -197,87 +187,61 @@ class ClusterScheduler:
         peers = {"type": "peers", "peers": dict(sorted(self.addresses.items()))}
         return [(name, peers) for name in self.nodes]
 
-    def _on_report(self, name: str, message: Message) -> list[tuple[str, Message]]:
-        slot = self.nodes.get(name)
-        if slot is None or self.core is None or not self.is_ready():
-            return []
-        slot.report = message
+    def _on_report(self, message: Message) -> None:
+        """Node statistics for /metrics (the core keeps its own loads; reports decide nothing)."""
+        name = str(message.get("name", ""))
+        if name not in self.nodes:
+            return
+        self.nodes[name].hello.setdefault("stats", {})
+        self.nodes[name].hello["stats"] = message.get("stats", {})
         self.metrics.observe_node(name, message.get("stats", {}))
         self.metrics.set_corrupt_total(
-            sum(int(s.report.get("stats", {}).get("corrupt_blocks", 0)) for s in self.nodes.values())
+            sum(int(s.hello.get("stats", {}).get("corrupt_blocks", 0)) for s in self.nodes.values())
         )
-        if slot.role == "decode":
-            for request, _engine in self.core.fetch_de_group(slot.node_id, [slot.load()]):
-                slot.pending[request.request_id] = {
-                    "seq": 1,
-                    "tok": request.total_tokens,
-                    "free_hbm_tokens": -request.total_tokens,
-                }
-            return []
-        return [m for a in self.core.fetch_pe_group(slot.node_id, [slot.load()]) for m in self._dispatch(a)]
 
-    def _slot(self, node_id: int) -> NodeSlot:
-        return next(s for s in self.nodes.values() if s.node_id == node_id)
-
-    def _dispatch(self, assignment: Assignment) -> list[tuple[str, Message]]:
-        live = self.live[assignment.request_id]
-        pe, de = self._slot(assignment.pe_engine), self._slot(assignment.de_engine)
-        live.read_side = "none" if live.request.hit_tokens == 0 else assignment.side.value
-        pe.pending[assignment.request_id] = {
-            "tok": live.request.prompt_tokens,
-            "read_q_tokens": assignment.pe_read_tokens,
-        }
-        de.pending.setdefault(assignment.request_id, {})["read_q_tokens"] = assignment.de_read_tokens
-        work = {
-            "rid": assignment.request_id,
-            "token_ids": list(live.api.prompt_token_ids),
-            "hit_tokens": live.request.hit_tokens,
-            "pe_read_tokens": assignment.pe_read_tokens,
-            "de_read_tokens": assignment.de_read_tokens,
-            "max_tokens": live.api.max_tokens,
-            "pe": pe.name,
-            "de": de.name,
-        }
-        return [(de.name, {"type": "admit", **work}), (pe.name, {"type": "prefill", **work})]
-
-    def _on_tokens(self, message: Message) -> None:
-        now = time.time()
-        for rid, ids in message["items"]:
-            live = self.live.get(rid)
-            if live is None:
-                continue
-            if live.first_token_s is None:
-                live.first_token_s = now
-            live.generated += len(ids)
-            live.chunks.put_nowait(TokenChunk(token_ids=tuple(ids)))
-
-    def _on_finished(self, name: str, message: Message) -> None:
-        live = self.live.pop(message["rid"], None)
+    def _to_client(self, message: Message) -> None:
+        live = self.live.get(int(message["rid"]))
         if live is None:
             return
-        for slot in self.nodes.values():
-            slot.pending.pop(message["rid"], None)
         now = time.time()
+        if message["type"] == "tokens":
+            if live.first_token_s is None:
+                live.first_token_s = now
+            live.generated += len(message["token_ids"])
+            live.chunks.put_nowait(TokenChunk(token_ids=tuple(message["token_ids"])))
+            return
+        del self.live[live.rid]
         first = live.first_token_s or now
         tpot = (now - first) / (live.generated - 1) if live.generated > 1 else None
-        self.metrics.observe_request(read_side=live.read_side, ttft_s=first - live.api.arrival_s, tpot_s=tpot)
-        info = {
-            "read_side": live.read_side,
-            "hit_tokens": live.request.hit_tokens,
-            "effective_hit_tokens": message.get("hit_tokens", live.request.hit_tokens),
-            "pe": live.request.pe_engine,
-            "de": live.request.de_engine,
-            # seconds since the request reached the API: assigned, read_end, prefill_start/end, decode_start, ...
-            "times_s": {k: v - live.api.arrival_s for k, v in sorted(message.get("times", {}).items())},
-        }
+        self.metrics.observe_request(
+            read_side=message["read_side"], ttft_s=first - live.api.arrival_s, tpot_s=tpot
+        )
+        info = {k: v for k, v in message.items() if k not in ("type", "rid")}
         live.chunks.put_nowait(TokenChunk(token_ids=(), finish_reason="length", info=info))
+
+    def write_event_log(self) -> None:
+        """The driver's config, input events, outgoing messages and decisions, for a replay."""
+        if self.event_log_path is None or self.driver is None:
+            return
+        record = {
+            "config": asdict(self.driver.config),
+            "events": self.driver.event_log,
+            "sent": self.sent,
+            "decisions": [repr(d) for d in self.driver.log.entries],
+        }
+        self.event_log_path.write_text(json.dumps(record))
 
 
 class SchedulerBackend:
     """The `CompletionBackend` the HTTP API calls in the scheduler process."""
 
-    def __init__(self, scheduler: ClusterScheduler) -> None:
+    def __init__(self, scheduler: ClusterScheduler, router: zmq.asyncio.Socket | None = None) -> None:
         self.scheduler = scheduler
+        self.router = router
+
+    async def send(self, out: list[tuple[str, Message]]) -> None:
+        if self.router is not None:
+            await send_all(self.router, out)
 
     @property
     def model_name(self) -> str:
@@ -307,7 +271,8 @@ class SchedulerBackend:
         return self.scheduler.metrics.text()
 
     async def generate(self, request: CompletionRequest) -> AsyncIterator[TokenChunk]:
-        live = self.scheduler.submit(request)
+        live, out = self.scheduler.submit(request)
+        await self.send(out)
         while True:
             chunk = await live.chunks.get()
             yield chunk
@@ -315,12 +280,23 @@ class SchedulerBackend:
                 return
 
 
+async def send_all(router: zmq.asyncio.Socket, out: list[tuple[str, Message]]) -> None:
+    for name, message in out:
+        await router.send_multipart([name.encode(), encode(message)])
+
+
 async def control_loop(scheduler: ClusterScheduler, router: zmq.asyncio.Socket) -> None:
+    """Drain what the nodes sent, then one coalesced fetch if due; a periodic tick fetches too."""
     while True:
-        identity, frame = await router.recv_multipart()
-        with contextlib.suppress(ValueError):
-            for name, reply in scheduler.handle(identity.decode(), decode(frame)):
-                await router.send_multipart([name.encode(), encode(reply)])
+        await router.poll(int(_FETCH_TICK_S * 1000))
+        while True:
+            try:
+                identity, frame = await router.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                break
+            with contextlib.suppress(ValueError):
+                await send_all(router, scheduler.handle(identity.decode(), decode(frame)))
+        await send_all(router, scheduler.maybe_fetch())
 
 
 async def _watch(server: Any, check: Callable[[], str | None]) -> None:
@@ -352,11 +328,19 @@ async def serve_scheduler(
     router.bind(control_address)
     if on_bound is not None:
         on_bound(str(router.getsockopt_string(zmq.LAST_ENDPOINT)))
-    app = build_app(SchedulerBackend(scheduler))
+    app = build_app(SchedulerBackend(scheduler, router))
     server = uvicorn.Server(
         uvicorn.Config(app, host=http_host, port=http_port, log_level="warning", lifespan="off")
     )
-    tasks = [asyncio.create_task(control_loop(scheduler, router)), asyncio.create_task(_watch(server, check))]
+    control = asyncio.create_task(control_loop(scheduler, router))
+
+    def check_all() -> str | None:
+        if control.done():  # the driver raised: serving on would hang every request
+            error = control.exception() if not control.cancelled() else None
+            return f"control loop stopped: {error!r}"
+        return check()
+
+    tasks = [control, asyncio.create_task(_watch(server, check_all))]
     try:
         await server.serve()
     finally:
@@ -366,3 +350,4 @@ async def serve_scheduler(
                 await task
         router.close()
         context.term()
+        scheduler.write_event_log()

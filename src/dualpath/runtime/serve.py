@@ -56,6 +56,7 @@ def serve(
     spawn_nodes: bool = True,
     control_port: int = 0,
     tcp_data_plane: bool = False,
+    event_log_path: Path | None = None,
 ) -> int:
     """Run until SIGINT/SIGTERM. `config` names the cluster for the log; nodes get the resolved spec."""
     with ExitStack() as stack:
@@ -65,7 +66,7 @@ def serve(
         run_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="dualpath-run-")))
         config = str(run_dir / "cluster.toml")  # the resolved spec: nodes see every override
         Path(config).write_text(dump_cluster(spec))
-        scheduler = ClusterScheduler(spec, store_dir)
+        scheduler = ClusterScheduler(spec, store_dir, event_log_path=event_log_path)
         children: list[subprocess.Popen[bytes]] = []
 
         def start_nodes(address: str) -> None:

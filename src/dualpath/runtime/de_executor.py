@@ -1,0 +1,269 @@
+"""The decode node as an executor of the core's commands (`read`, `h2d`, `persist`, `decode_step`,
+`release`), paper §4.1 Fig. 4.
+
+NOTE: the scheduler's `RuntimeDriver` decides when each of these happens (`ClusterCore`); this node moves
+the bytes and computes:
+
+    landing    one layer-major region per request for its whole prompt KV in the DE DRAM buffer, made by
+               its DE-side read or by the PE's first `pull` (the core reserved its bytes)
+    read       hit rows [start, start + tokens) storage ─DE SNIC─► landing region
+    pull       answer `landing` (where the PE writes), push rows [start, end) ─DE CNIC ⇒ PE CNIC─► PE DRAM
+    kv_done    the PE's last step of the request has landed: `h2d` may copy the region
+    h2d        landing region ─DE CNIC loopback─► the paged KV cache ("HBM")
+    persist    whole blocks [start, end) ─SNIC tx─► storage, from the landing region (prompt blocks) or
+               from the cache (decode-time blocks, the D2H)
+    decode_step exactly one continuous-batching step of exactly the batch the core says; tokens back
+    release    the request is done: free its cache pages
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from dualpath.kvcache import ROOT_KEY, block_keys
+from dualpath.runtime.control import Message
+from dualpath.runtime.dram import Region
+from dualpath.runtime.kvio import region_layer, scatter_hits, submit_hit_read, usable_hit_tokens
+from dualpath.runtime.model.paged_cache import PagedKVCache
+from dualpath.runtime.node import NodeLinks
+from dualpath.transfer import BlockWrite, WriteJob
+from dualpath.transfer.types import Notice
+
+_ALLOC_RETRY_S = 0.005
+
+
+@dataclass
+class _DeRequest:
+    rid: int
+    region: Region | None = None  # landing: the whole prompt KV, layer-major
+    landed: threading.Event = field(default_factory=threading.Event)
+    token_ids: list[int] = field(default_factory=list)  # prompt, then generated tokens with KV
+    in_cache: bool = False
+    h2d_done: bool = False
+    dram_persists: int = 0  # prompt-block persists still reading the landing region
+    released: bool = False
+
+
+class DecodeExecutor:
+    def __init__(self, links: NodeLinks) -> None:
+        self.links = links
+        self.model = links.model
+        self.layers = self.model.config.num_layers
+        bt = links.block_tokens
+        # The DE's "HBM": a paged pool of Full-Block pages; the core reserves len_r in it (§6.2).
+        self.cache = PagedKVCache(
+            self.model.config, num_pages=-(-links.spec.hbm_tokens // bt) + 1, block_tokens=bt
+        )
+        self.requests: dict[int, _DeRequest] = {}
+        self._lock = threading.Lock()
+        self._decode: queue.Queue[Message | None] = queue.Queue()
+        self._h2d = ThreadPoolExecutor(1, thread_name_prefix="de-h2d")
+        self._persist = ThreadPoolExecutor(1, thread_name_prefix="de-persist")
+        self._tx = ThreadPoolExecutor(1, thread_name_prefix="de-send")
+        self._worker = threading.Thread(target=self._decode_loop, name="de-decode", daemon=True)
+        self._worker.start()
+
+    def _state(self, rid: int) -> _DeRequest:
+        with self._lock:
+            return self.requests.setdefault(rid, _DeRequest(rid))
+
+    def _alloc(self, tokens: int) -> Region:
+        while (
+            region := self.links.dram.allocate(
+                num_layers=self.layers, tokens=tokens, bytes_per_token_per_layer=self.links.row_bytes
+            )
+        ) is None:
+            threading.Event().wait(_ALLOC_RETRY_S)
+        return region
+
+    def _landing(self, state: _DeRequest, prompt_tokens: int) -> Region:
+        with self._lock:
+            if state.region is None:
+                state.region = self._alloc(prompt_tokens)
+            return state.region
+
+    # ---- messages -----------------------------------------------------------------------------------
+    def on_command(self, message: Message) -> None:
+        kind = message["type"]
+        if kind == "read":
+            threading.Thread(target=self._read, args=(message,), daemon=True).start()
+        elif kind == "h2d":
+            self._h2d.submit(self._do_h2d, message)
+        elif kind == "persist":
+            state = self._state(int(message["rid"]))
+            if not message["from_hbm"]:
+                with self._lock:
+                    state.dram_persists += 1
+                    state.token_ids = state.token_ids or list(message["token_ids"])
+            self._persist.submit(self._do_persist, message)
+        elif kind in ("decode_step", "release"):
+            self._decode.put(message)  # in step order: a release never frees pages a step still reads
+
+    def _read(self, message: Message) -> None:
+        rid, start, tokens = int(message["rid"]), int(message["start_tokens"]), int(message["tokens"])
+        state = self._state(rid)
+        region = self._landing(state, int(message["prompt_tokens"]))
+        bt = self.links.block_tokens
+        keys = block_keys(list(message["token_ids"]), bt)[start // bt : (start + tokens) // bt]
+        staging = self._alloc(tokens)
+        result = submit_hit_read(self.links, f"de{rid}", keys, region, staging).result()
+        self.links.count_corrupt(len(set(result.corrupt_keys)))
+        usable = usable_hit_tokens(result, keys, bt)
+        scatter_hits(self.links, staging, region, usable, start_tokens=start)
+        self.links.dram.free(staging)
+        self.links.emit({"type": "read_done", "rid": rid, "usable_tokens": usable})
+
+    def on_notice(self, notice: Notice) -> None:
+        payload = notice.payload
+        kind = payload["kind"]
+        state = self._state(int(payload["rid"]))
+        if kind == "pull":
+            self._landing(state, int(payload["prompt_tokens"]))
+            self._tx.submit(self._push_rows, state, notice.src, payload)
+        elif kind == "kv_done" and payload["completes"]:
+            state.landed.set()
+
+    def _push_rows(self, state: _DeRequest, pe: str, payload: dict[str, Any]) -> None:
+        """Where the PE writes (landing), then rows [start, end) per layer in order (Fig. 4b, 3-5)."""
+        region = state.region
+        assert region is not None
+        self.links.raw.notify(pe, {"kind": "landing", "rid": state.rid, "offset": region.offset_bytes,
+                                   "layer_bytes": region.layer_bytes})  # fmt: skip
+        start, end = int(payload["start"]), int(payload["end"])
+        if end <= start:
+            return
+        row = self.links.row_bytes
+        for layer in range(self.layers):
+            first = region.layer_offset_bytes(layer) + start * row
+            notice = {"kind": "rows", "rid": state.rid, "step": payload["step"], "layer": layer}
+            self.links.link.write(
+                pe,
+                "dram",
+                int(payload["offset"]) + layer * int(payload["layer_bytes"]),
+                self.links.dram_view[first : first + (end - start) * row],
+                notice,
+            )
+
+    def load(self) -> dict[str, Any]:
+        return {"read_q_tokens": self.links.snic.read_queue.queued_tokens}
+
+    def close(self) -> None:
+        self._decode.put(None)
+        self._worker.join(timeout=5)
+        for pool in (self._h2d, self._persist, self._tx):
+            pool.shutdown(wait=False, cancel_futures=True)
+
+    # ---- H2D, persistence -----------------------------------------------------------------------------
+    def _to_cache(self, state: _DeRequest, prompt: list[int], first_token: int, *, paced: bool) -> None:
+        """The one-shot H2D of the whole prompt KV into the paged cache."""
+        state.landed.wait()
+        assert state.region is not None
+        if paced:  # DE DRAM -> DE CNIC (RDMA loopback) -> HBM, paper §5
+            self.links.cnic.rx.transmit(len(prompt) * self.links.row_bytes * self.layers)
+        device = self.model.config.device
+        self.cache.allocate(state.rid, len(prompt))
+        for layer in range(self.layers):
+            self.cache.write(state.rid, layer, 0, region_layer(self.links, state.region, layer, len(prompt),
+                                                                 device=device))  # fmt: skip
+        with self._lock:
+            state.token_ids = [*prompt, first_token]
+            state.in_cache = True
+
+    def _do_h2d(self, message: Message) -> None:
+        state = self._state(int(message["rid"]))
+        self._to_cache(state, list(message["token_ids"]), int(message["first_token"]), paced=True)
+        with self._lock:
+            state.h2d_done = True
+        self._maybe_free_region(state)
+        self.links.emit({"type": "h2d_done", "rid": state.rid})
+
+    def _do_persist(self, message: Message) -> None:
+        rid, from_hbm = int(message["rid"]), bool(message["from_hbm"])
+        state = self._state(rid)
+        if not from_hbm:
+            state.landed.wait()
+        self._write_blocks(state, int(message["start_tokens"]), int(message["end_tokens"]), from_hbm=from_hbm)
+        if not from_hbm:
+            with self._lock:
+                state.dram_persists -= 1
+            self._maybe_free_region(state)
+        self.links.emit({"type": "persist_done", "rid": rid, "from_hbm": from_hbm})
+
+    def _write_blocks(self, state: _DeRequest, start: int, end: int, *, from_hbm: bool) -> None:
+        bt = self.links.block_tokens
+        with self._lock:
+            ids = list(state.token_ids[:end])
+        keys = block_keys(ids, bt)
+        writes = []
+        for b in range(start // bt, end // bt):
+            if from_hbm:
+                rows = self.cache.full_block(state.rid, b).contiguous().cpu()  # .cpu() is the D2H
+                data: Any = rows.view(torch.uint8).reshape(-1).numpy().data
+            else:
+                assert state.region is not None
+                row = self.links.row_bytes
+                parts = []
+                for layer in range(self.layers):
+                    first = state.region.layer_offset_bytes(layer) + b * bt * row
+                    parts.append(bytes(self.links.dram_view[first : first + bt * row]))
+                data = b"".join(parts)
+            parent = keys[b - 1] if b else ROOT_KEY
+            writes.append(BlockWrite(key=keys[b], data=data, num_layers=self.layers, parent=parent))
+        if writes:
+            self.links.writer.submit(WriteJob(job_id=f"w{state.rid}.{start}", blocks=tuple(writes))).result()
+
+    def _maybe_free_region(self, state: _DeRequest) -> None:
+        with self._lock:
+            region = state.region
+            if region is None or state.dram_persists or not (state.h2d_done or state.released):
+                return
+            state.region = None
+        self.links.dram.free(region)
+
+    # ---- decode -------------------------------------------------------------------------------------
+    def _decode_loop(self) -> None:
+        while (message := self._decode.get()) is not None:
+            if message["type"] == "release":
+                self._release(message)
+            else:
+                self._step(message)
+
+    def _step(self, message: Message) -> None:
+        for join in message["join"]:
+            state = self._state(int(join["rid"]))
+            if message["inline_io"] and not state.in_cache:  # oracle: no H2D command, KV taken at join
+                self._to_cache(state, list(join["token_ids"]), int(join["first_token"]), paced=False)
+                with self._lock:
+                    state.h2d_done = True
+                self._maybe_free_region(state)
+        states = [self._state(int(rid)) for rid in message["batch"]]
+        last = [s.token_ids[-1] for s in states]
+        logits = self.model.decode_step_paged(self.cache, [s.rid for s in states], last)
+        next_ids = logits.argmax(dim=-1).tolist()
+        with self._lock:
+            for state, token in zip(states, next_ids, strict=True):
+                state.token_ids.append(int(token))
+        tokens = [[s.rid, int(t)] for s, t in zip(states, next_ids, strict=True)]
+        self.links.emit({"type": "decode_done", "tokens": tokens})
+
+    def _release(self, message: Message) -> None:
+        rid = int(message["rid"])
+        with self._lock:
+            state = self.requests.pop(rid, None)
+        if state is None:
+            return
+        if message["inline_io"] and state.in_cache:
+            # Oracle: no persist commands; whole blocks go to storage (unpaced) so later rounds hit.
+            length = self.cache.num_tokens(rid)
+            self._write_blocks(state, 0, length // self.links.block_tokens * self.links.block_tokens,
+                               from_hbm=True)  # fmt: skip
+        if state.in_cache:
+            self.cache.free(rid)
+        state.released = True
+        self._maybe_free_region(state)
