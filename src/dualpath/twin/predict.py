@@ -17,7 +17,7 @@ from dualpath.model import arch
 from dualpath.runtime.cluster import RuntimeClusterSpec
 from dualpath.sim.agents import Round
 from dualpath.sim.cost import CostModel
-from dualpath.sim.driver import SimConfig, SimOutcome, Simulation
+from dualpath.sim.driver import SimConfig, SimOutcome
 from dualpath.sim.rates import HBM_NON_KV_FRACTION, CoreRates
 from dualpath.twin.calibrate import Calibration
 
@@ -118,8 +118,21 @@ def predict(
     seed: int = 0,
 ) -> tuple[dict[str, Any], SimOutcome]:
     """Simulate the trace; the result has the runtime summary's keys (`metrics_from_sim`)."""
-    outcome = Simulation(sim_config(spec, cal, mode, aps=aps), trajectories, seed=seed).run()
-    return metrics_from_sim(outcome, spec), outcome
+    from dualpath.twin.physics import TwinSimulation
+
+    sim = TwinSimulation(sim_config(spec, cal, mode, aps=aps), trajectories, seed=seed,
+                         overheads=cal.overheads, host_cores=host_cores(cal))  # fmt: skip
+    outcome = sim.run()
+    metrics = metrics_from_sim(outcome, spec)
+    names = [name for name, _ in spec.node_ids()]
+    for node, extra in sim.persist_overhead_bytes.items():  # store fsync time, carried as bytes
+        metrics["snic_bytes"][names[node]]["tx"] -= extra
+    return metrics, outcome
+
+
+def host_cores(cal: Calibration) -> float:
+    """Cores the runtime's engine processes share: the calibrated machine's (meta.cpu_count)."""
+    return float(cal.meta.get("cpu_count") or 1)
 
 
 def _mean(values: Sequence[float]) -> float:

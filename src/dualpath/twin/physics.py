@@ -1,0 +1,127 @@
+"""What the CPU runtime pays that a GPU cluster does not: the simulator's physics, extended for the twin.
+
+`TwinSimulation` is the simulator (`sim.driver.Simulation`, same core, same links) with the runtime's own
+costs added, each from a calibration measurement (docs/twin.md "What the twin adds"):
+
+- Shared cores: every engine is one Python process computing on one torch thread, and the host has
+  `cpu_count` cores. When more engines compute than there are cores they share them (processor
+  sharing), so a forward or a decode run that starts while k engines compute takes max(1, k / cores)
+  times its calibrated (idle-machine) time. The factor is taken when the work starts.
+- Control round trips: a PE forward and every decode step is one message from the scheduler and one
+  completion back (`control_round_trip_s`); a forward also pays its embedding + LM head
+  (`prefill_head_s`, which the cost model's layer terms do not include).
+- Store writes: the runtime's `StorageWriter` paces a block on the SNIC and then puts it in the
+  `FileStore` (temp file, fsync, rename: `store_write_op_s`), one block after the other on one thread.
+  The fixed part holds the writer as bytes would, so it travels as bytes on the persist path
+  (`store_write_op_s` x SNIC rate per block); SNIC byte counters exclude it.
+- Oracle releases: with I/O skipped, the DE writes a finished request's new whole blocks to the store
+  inside its decode loop (runtime/de_executor.py `_release`), so the next decode step waits for them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from dualpath.engine import commands as cmd
+from dualpath.sim.agents import Round
+from dualpath.sim.cost import CostModel
+from dualpath.sim.driver import SimConfig, Simulation
+from dualpath.twin.calibrate import CalibrationOverheads
+
+
+class _RuntimeCost:
+    """The calibrated cost model as the runtime's processes experience it (shared cores, fixed costs)."""
+
+    def __init__(self, base: CostModel, twin: TwinSimulation) -> None:
+        self._base, self._twin = base, twin
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._base, name)
+
+    def prefill_forward_time_s(self, per_gpu_batches: Sequence[Sequence[Any]]) -> float:
+        o = self._twin.overheads
+        fixed_s = o.prefill_head_s + o.control_round_trip_s
+        return (self._base.prefill_forward_time_s(per_gpu_batches) + fixed_s) * self._twin.cpu_share(
+            starting=1
+        )
+
+    def prefill_layer_time_s(self, per_gpu_batches: Sequence[Sequence[Any]], layer: int) -> float:
+        return self._base.prefill_layer_time_s(per_gpu_batches, layer) * self._twin.cpu_share(starting=1)
+
+    def decode_step_time_s(self, batch_size: int, total_context_tokens: int) -> float:
+        step_s = self._base.decode_step_time_s(batch_size, total_context_tokens)
+        # The run's own DE is already marked busy when its step time is asked for.
+        return (step_s + self._twin.overheads.control_round_trip_s) * self._twin.cpu_share(starting=0)
+
+
+class TwinSimulation(Simulation):
+    def __init__(
+        self,
+        config: SimConfig,
+        trajectories: Sequence[Sequence[Round]],
+        *,
+        seed: int,
+        overheads: CalibrationOverheads,
+        host_cores: float,
+    ) -> None:
+        super().__init__(config, trajectories, seed=seed)
+        self.overheads, self.host_cores = overheads, host_cores
+        self.cost = _RuntimeCost(self.cost, self)  # type: ignore[assignment]
+        self.persist_overhead_bytes: dict[int, float] = {}  # per DE node: fsync time carried as bytes
+        self._stall_s: dict[int, float] = {}
+        self._stalled: set[int] = set()
+        self._released_hit: dict[int, int] = {}  # per agent: whole-block tokens its last release writes
+
+    # ---- shared cores --------------------------------------------------------------------------
+    def cpu_share(self, *, starting: int) -> float:
+        prefill = sum(1 for s in self._steps.values() if not s.compute_done)
+        decode = sum(1 for r in self._decode.values() if r.busy)
+        return max(1.0, (prefill + decode + starting) / self.host_cores)
+
+    # ---- store writes ----------------------------------------------------------------------------
+    def _persist(self, c: cmd.StartPersist) -> None:
+        blocks = c.tokens // self.cluster.scheduler.block_tokens
+        extra = blocks * self.overheads.store_write_op_s * self.cluster.hardware.snic_bytes_per_s
+        node = self.core.node_of_engine(c.de_engine)
+        self.persist_overhead_bytes[node] = self.persist_overhead_bytes.get(node, 0.0) + extra
+        item = (c.request.request_id, c.from_hbm, c.de_engine)
+        pipe = self._d2h_pipe(c.de_engine) if c.from_hbm else self._persist_pipe(c.de_engine)
+        pipe.put(c.tokens * self.kv_bytes + extra, item)
+        if not c.from_hbm:
+            self._touched[pipe] = None
+
+    # ---- oracle: the release writes its blocks inside the decode loop --------------------------------
+    def _done(self, c: cmd.RequestDone) -> None:
+        r = c.request
+        if self.mode.skip_io and r.de_engine is not None:
+            bt = self.cluster.scheduler.block_tokens
+            new_blocks = max(0, (r.prompt_tokens + r.gen_tokens - 1) // bt - r.hit_tokens // bt)
+            op_s = self.overheads.store_write_op_s
+            node = self.core.node_of_engine(r.de_engine)
+            self._stall_s[node] = self._stall_s.get(node, 0.0) + new_blocks * op_s
+            # The client's next round (tool time 0) arrives one control round trip after the done,
+            # while the release is still writing: only the blocks written by then are hits.
+            landed = (
+                min(new_blocks, int(self.overheads.control_round_trip_s // op_s)) if op_s > 0 else new_blocks
+            )
+            agent = self._agent_of[r.request_id]
+            # In the store by then: every earlier round's blocks (their releases landed during this round).
+            earlier = self._released_hit.get(agent.agent_id, 0)
+            self._released_hit[agent.agent_id] = (r.prompt_tokens + r.gen_tokens - 1) // bt * bt
+            agent.hit_tokens = max(earlier, r.hit_tokens // bt * bt + landed * bt)
+        super()._done(c)
+
+    def _decode_start(self, node: int) -> None:
+        if node in self._stalled:
+            return
+        stall = self._stall_s.pop(node, 0.0)
+        if stall > 0.0:
+            self._stalled.add(node)
+            self.sim.schedule(stall, self._decode_resume, node)
+            return
+        super()._decode_start(node)
+
+    def _decode_resume(self, node: int) -> None:
+        self._stalled.discard(node)
+        super()._decode_start(node)
