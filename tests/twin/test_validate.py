@@ -1,0 +1,111 @@
+"""The twin's prediction side: the simulator set up as the runtime cluster, and the runtime costs it adds."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from dualpath.cli.main import main
+from dualpath.runtime.cluster import RuntimeClusterSpec
+from dualpath.twin import load_calibration
+from dualpath.twin.physics import TwinSimulation
+from dualpath.twin.predict import predict, sim_config, sim_hardware
+from dualpath.twin.validate import ModeResult, error_pct, format_tables, plot_ttft
+
+CALIBRATION = Path(__file__).parent / "data" / "cal-cpu.toml"
+TRACE = [[(150 + 40 * a, 5), (12, 4), (8, 3)] for a in range(6)]
+
+
+@pytest.fixture(scope="module")
+def cal():  # type: ignore[no-untyped-def]
+    return load_calibration(CALIBRATION)
+
+
+def _spec(**over: object) -> RuntimeClusterSpec:
+    base: dict[str, object] = dict(snic_bytes_per_s=6e6, cnic_bytes_per_s=48e6)
+    base.update(over)
+    return RuntimeClusterSpec(**base)  # type: ignore[arg-type]
+
+
+def test_hardware_takes_the_cluster_layout_and_the_measured_link_efficiency(cal) -> None:  # type: ignore[no-untyped-def]
+    hw = sim_hardware(_spec(snic_bytes_per_s=12e6, dram_buffer_bytes=2**20), cal)
+    assert hw.snic_bytes_per_s == pytest.approx(2 * cal.hardware.snic_bytes_per_s)  # calibrated at 6 MB/s
+    assert hw.dram_buffer_bytes == 2**20 and hw.gpus_per_node == 1
+    config = sim_config(_spec(block_tokens=32, num_decode_nodes=3), cal, "dualpath")
+    assert config.cluster.scheduler.block_tokens == 32 and config.cluster.num_decode_nodes == 3
+    assert config.cost_model is cal.cost_model
+
+
+@pytest.mark.parametrize("mode", ["basic", "dualpath", "oracle"])
+def test_prediction_has_the_compared_metrics(cal, mode: str) -> None:  # type: ignore[no-untyped-def]
+    metrics, outcome = predict(_spec(), cal, mode, TRACE)
+    for key in ("jct_s", "ttft_mean_s", "ttft_p90_s", "tpot_mean_s", "throughput_tok_s"):
+        assert metrics[key] > 0 and math.isfinite(metrics[key]), key
+    assert metrics["jct_s"] == max(a.end_s for a in outcome.agents)
+    paths = metrics["read_path_bytes"]
+    if mode == "basic":
+        assert paths["pe_read"] > 0 and paths["de_read"] == 0
+    elif mode == "dualpath":
+        assert paths["pe_read"] > 0 and paths["de_read"] > 0
+    # Persisted bytes exclude the store's per-block fixed time that rides on the persist path.
+    written = sum(d["tx"] for d in metrics["snic_bytes"].values())
+    if mode != "oracle":
+        assert written > 0 and all(d["tx"] >= 0 for d in metrics["snic_bytes"].values())
+
+
+def _jct(cal, mode: str, **overheads: float) -> float:  # type: ignore[no-untyped-def]
+    cores = overheads.pop("host_cores", 2.0)
+    sim = TwinSimulation(sim_config(_spec(), cal, mode), TRACE, seed=0,
+                         overheads=dataclasses.replace(cal.overheads, **overheads), host_cores=cores)  # fmt: skip
+    return sim.run().end_s
+
+
+def test_store_write_cost_per_block_delays_persisted_requests(cal) -> None:  # type: ignore[no-untyped-def]
+    assert _jct(cal, "basic", store_write_op_s=0.05) > _jct(cal, "basic", store_write_op_s=0.0) + 0.1
+
+
+def test_engines_share_the_host_cores(cal) -> None:  # type: ignore[no-untyped-def]
+    assert _jct(cal, "oracle", host_cores=1.0) > 1.05 * _jct(cal, "oracle", host_cores=64.0)
+
+
+def test_oracle_release_writes_stall_decode_and_miss_the_next_round(cal) -> None:  # type: ignore[no-untyped-def]
+    slow = TwinSimulation(sim_config(_spec(), cal, "oracle"), TRACE, seed=0,
+                          overheads=dataclasses.replace(cal.overheads, store_write_op_s=0.02), host_cores=2.0)  # fmt: skip
+    out = slow.run()
+    hits = sum(r.hit_tokens for r in out.requests.values())
+    _, basic = predict(_spec(), cal, "basic", TRACE)
+    assert hits < sum(r.hit_tokens for r in basic.requests.values())  # writes land after the next submit
+    assert out.end_s > _jct(cal, "oracle", store_write_op_s=0.0)
+
+
+def test_tables_json_and_plot(cal, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    predicted, _ = predict(_spec(), cal, "basic", TRACE)
+    measured = {**predicted, "jct_s": predicted["jct_s"] * 2}
+    result = ModeResult(mode="basic", measured=measured, predicted=predicted)
+    assert result.error_pct()["jct_s"] == pytest.approx(-50.0)
+    assert result.error_pct()["ttft_mean_s"] == pytest.approx(0.0)
+    doc = result.to_dict()
+    assert "ttft_series" not in doc["measured"] and json.dumps(doc)
+    assert "jct_s" in format_tables({"basic": result})
+    plot_ttft({"basic": result}, tmp_path / "ttft.png")
+    assert (tmp_path / "ttft.png").stat().st_size > 1000
+    assert error_pct(0.0, 1.0) is None and error_pct(2.0, 1.0) == pytest.approx(-50.0)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--modes", "basic,nope"],
+        ["--calibration", "/no/such.toml"],
+        ["--agents", "0"],
+        ["--config", "no-such"],
+        ["--set", "snic_bytes_per_s=-1"],
+    ],
+)
+def test_bad_input_is_one_line_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["validate", *argv]) == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
