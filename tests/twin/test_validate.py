@@ -109,3 +109,18 @@ def test_tables_json_and_plot(cal, tmp_path: Path) -> None:  # type: ignore[no-u
 def test_bad_input_is_one_line_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["validate", *argv]) == 2
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+def test_demo_rows_get_predictions_from_a_cached_calibration(cal, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from dualpath.runtime.bench import BenchOptions
+    from dualpath.twin.demo import add_predictions, cached_calibration, format_predictions
+
+    (tmp_path / "calibration-local-1p2d.toml").write_text(CALIBRATION.read_text())
+    said: list[str] = []
+    cached = cached_calibration("local-1p2d", folder=tmp_path, say=said.append)
+    assert said == [] and cached.hardware == cal.hardware  # read from the cache, nothing measured
+    rows = [{"mode": m, "jct_s": 2.0, "ttft_mean_s": 0.2} for m in ("basic", "oracle")]
+    add_predictions(rows, cached, "local-1p2d", BenchOptions(agents=3, max_rounds=2))
+    assert rows[0]["predicted_jct_s"] > rows[1]["predicted_jct_s"] > 0
+    assert rows[0]["jct_s_error_pct"] == pytest.approx(100 * (rows[0]["predicted_jct_s"] / 2.0 - 1))
+    assert "sim JCT" in format_predictions(rows)
