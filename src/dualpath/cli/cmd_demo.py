@@ -21,6 +21,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser.add_argument("--rounds", type=int, default=5, help="rounds per agent (default 5)")
     parser.add_argument("--dataset", default="64k", help="trace profile or file (default 64k, scaled x 1/32)")
     parser.add_argument("--json", action="store_true", help="print the rows as JSON")
+    parser.add_argument(
+        "--no-predict", action="store_true", help="skip the simulator's prediction (calibrated twin) per row"
+    )
     parser.set_defaults(func=run)
     return parser
 
@@ -38,8 +41,15 @@ def run(args: argparse.Namespace) -> int:
                 flush=True,
             )
         rows.append(demo_row(run_mode(mode, options, config=args.config, progress=not args.json)))
+    if not args.no_predict:  # the calibrated simulator on the same trace, beside each measured row
+        from dualpath.twin.demo import add_predictions, cached_calibration, format_predictions
+
+        say = (lambda _: None) if args.json else (lambda text: print(text, flush=True))
+        add_predictions(rows, cached_calibration(args.config, say=say), args.config, options)
     if args.json:
         print(json.dumps(rows, indent=2))
     else:
         print(format_table(rows))
+        if not args.no_predict:
+            print(format_predictions(rows))
     return 0
