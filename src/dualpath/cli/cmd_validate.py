@@ -68,7 +68,13 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, OSError) as error:
         raise UserError(f"--dataset {args.dataset!r}: {error}") from None
 
-    from dualpath.twin.calibrate import CalibrationError, calibrate, calibration_document, load_calibration
+    from dualpath.twin.calibrate import (
+        CalibrationError,
+        calibrate,
+        calibration_document,
+        load_calibration,
+        write_calibration,
+    )
     from dualpath.twin.validate import format_tables, layout, plot_ttft, validate
 
     if args.calibration is None:
@@ -100,6 +106,8 @@ def run(args: argparse.Namespace) -> int:
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "validate.json").write_text(json.dumps(document, indent=2, default=float))
+        if args.calibration is None:  # reuse it: --calibration DIR/calibration.toml
+            write_calibration(cal, args.out / "calibration.toml")
         plot_ttft(results, args.out / "ttft.png")
         _say(f"wrote {args.out / 'validate.json'} and {args.out / 'ttft.png'}")
     if args.json:

@@ -170,6 +170,12 @@ def metrics_from_sim(o: SimOutcome, spec: RuntimeClusterSpec) -> dict[str, Any]:
         "snic_bytes": snic,
         "read_path_bytes": read_path_bytes(snic, spec),
         "ttft_series": sorted((r.first_token_s, r.first_token_s - r.arrival_s) for r in reqs),
+        "milestones_mean_s": {  # the runtime's names (bench summary), mean seconds after arrival
+            "pe_assigned": _mean([r.scheduled_s - r.arrival_s for r in reqs]),
+            "prefill_start": _mean([r.prefill_start_s - r.arrival_s for r in reqs]),
+            "prefill_end": _mean(ttft),
+            "finished": _mean([r.done_s - r.arrival_s for r in reqs if not math.isnan(r.done_s)]),
+        },
     }
 
 

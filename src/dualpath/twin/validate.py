@@ -86,6 +86,7 @@ def measured_metrics(summary: dict[str, Any], rounds: Sequence[Any]) -> dict[str
         "throughput_tok_s": float(summary["generated_tokens"]) / float(summary["jct_s"]),
         "snic_bytes": snic,
         "ttft_series": sorted((r.first_token_s, r.ttft_s) for r in rounds),
+        "milestones_mean_s": dict(summary.get("milestones_mean_s", {})),
     }
 
 
