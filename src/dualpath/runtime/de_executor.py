@@ -48,6 +48,7 @@ class _DeRequest:
     h2d_done: bool = False
     dram_persists: int = 0  # prompt-block persists still reading the landing region
     released: bool = False
+    persisted_tokens: int = 0  # oracle only: whole blocks this node wrote without persist commands
 
 
 class DecodeExecutor:
@@ -241,6 +242,7 @@ class DecodeExecutor:
                 self._to_cache(state, list(join["token_ids"]), int(join["first_token"]), paced=False)
                 with self._lock:
                     state.h2d_done = True
+                    state.persisted_tokens = int(join["hit_tokens"])
                 self._maybe_free_region(state)
         states = [self._state(int(rid)) for rid in message["batch"]]
         last = [s.token_ids[-1] for s in states]
@@ -249,8 +251,20 @@ class DecodeExecutor:
         with self._lock:
             for state, token in zip(states, next_ids, strict=True):
                 state.token_ids.append(int(token))
+        if message["inline_io"]:
+            self._persist_inline(states)
         tokens = [[s.rid, int(t)] for s, t in zip(states, next_ids, strict=True)]
         self.links.emit({"type": "decode_done", "tokens": tokens})
+
+    def _persist_inline(self, states: list[_DeRequest]) -> None:
+        """Oracle (§7.1: I/O takes no time, no persist commands): every whole block is written (unpaced)
+        before the step's tokens go out, so when the core finishes a request the next round hits."""
+        bt = self.links.block_tokens
+        for state in states:
+            end = self.cache.num_tokens(state.rid) // bt * bt
+            if end > state.persisted_tokens:
+                self._write_blocks(state, state.persisted_tokens, end, from_hbm=True)
+                state.persisted_tokens = end
 
     def _release(self, message: Message) -> None:
         rid = int(message["rid"])
@@ -258,11 +272,6 @@ class DecodeExecutor:
             state = self.requests.pop(rid, None)
         if state is None:
             return
-        if message["inline_io"] and state.in_cache:
-            # Oracle: no persist commands; whole blocks go to storage (unpaced) so later rounds hit.
-            length = self.cache.num_tokens(rid)
-            self._write_blocks(state, 0, length // self.links.block_tokens * self.links.block_tokens,
-                               from_hbm=True)  # fmt: skip
         if state.in_cache:
             self.cache.free(rid)
         state.released = True
