@@ -89,7 +89,8 @@ def test_dualpath_de_read_path_matches_reference_persists_exact_kv_and_recompute
         pytest.param("layerwise", None, {"pe_read"}, marks=pytest.mark.slow),
         # dualpath-rr (both sides, alternating) also runs in test_tcp_nodes.py
         pytest.param("dualpath-rr", None, {"pe_read", "de_read"}, marks=pytest.mark.slow),
-        ("dualpath", None, None),
+        # dualpath with its own read path: test_replay.py serves two agents on it (reference tokens too)
+        pytest.param("dualpath", None, None, marks=pytest.mark.slow),
         pytest.param("dualpath", "pe-read", {"pe_read"}, marks=pytest.mark.slow),
         pytest.param("dualpath", "split", None, marks=pytest.mark.slow),
         ("oracle", None, None),
