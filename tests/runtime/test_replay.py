@@ -30,6 +30,7 @@ def test_replaying_a_served_event_log_reproduces_messages_and_decisions(tmp_path
     assert server.process.returncode == 0
     for prompt, tokens, _ in rounds:
         assert tokens == reference.generate(prompt, len(tokens))
+    assert any(info["effective_hit_tokens"] > 0 for _, _, info in rounds)
     record = json.loads(log_path.read_text())
     config = DriverConfig(**{**record["config"], "node_names": tuple(record["config"]["node_names"])})
     events = [(now, event) for now, event in record["events"]]
