@@ -14,8 +14,8 @@ costs added, each from a calibration measurement (docs/twin.md "What the twin ad
   `FileStore` (temp file, fsync, rename: `store_write_op_s`), one block after the other on one thread.
   The fixed part holds the writer as bytes would, so it travels as bytes on the persist path
   (`store_write_op_s` x SNIC rate per block); SNIC byte counters exclude it.
-- Oracle releases: with I/O skipped, the DE writes a finished request's new whole blocks to the store
-  inside its decode loop (runtime/de_executor.py `_release`), so the next decode step waits for them.
+- Oracle store writes: with I/O skipped, the DE writes every block that became whole to the store
+  inside its decode loop (runtime/de_executor.py `_persist_inline`), so its decode steps wait for them.
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ class TwinSimulation(Simulation):
         self.persist_overhead_bytes: dict[int, float] = {}  # per DE node: fsync time carried as bytes
         self._stall_s: dict[int, float] = {}
         self._stalled: set[int] = set()
-        self._released_hit: dict[int, int] = {}  # per agent: whole-block tokens its last release writes
+        self._written: set[int] = set()  # oracle joiners whose prompt blocks are charged
 
     # ---- shared cores --------------------------------------------------------------------------
     def cpu_share(self, *, starting: int) -> float:
@@ -91,31 +91,39 @@ class TwinSimulation(Simulation):
         if not c.from_hbm:
             self._touched[pipe] = None
 
-    # ---- oracle: the release writes its blocks inside the decode loop --------------------------------
+    # ---- oracle: the DE writes whole blocks inside its decode loop -----------------------------------
+    # runtime/de_executor.py `_persist_inline`: with I/O skipped there are no persist commands; every
+    # block that is whole after a decode step is written to the store before the step's tokens go out
+    # (a joiner's prompt blocks beyond its hit at its first step, then one block per block_tokens
+    # generated), so the DE's decode loop waits blocks x store_write_op_s.
+    def _oracle_blocks(self, node: int) -> float:
+        bt, op_s = self.cluster.scheduler.block_tokens, self.overheads.store_write_op_s
+        stall = 0.0
+        for r in self.core.de_nodes[node].joining:
+            if r.request_id not in self._written:
+                self._written.add(r.request_id)
+                stall += max(0, (r.prompt_tokens + 1) // bt - r.hit_tokens // bt) * op_s
+        return stall
+
     def _done(self, c: cmd.RequestDone) -> None:
         r = c.request
         if self.mode.skip_io and r.de_engine is not None:
             bt = self.cluster.scheduler.block_tokens
-            new_blocks = max(0, (r.prompt_tokens + r.gen_tokens - 1) // bt - r.hit_tokens // bt)
-            op_s = self.overheads.store_write_op_s
+            decode_blocks = max(0, (r.prompt_tokens + r.gen_tokens - 1) // bt - (r.prompt_tokens + 1) // bt)
             node = self.core.node_of_engine(r.de_engine)
-            self._stall_s[node] = self._stall_s.get(node, 0.0) + new_blocks * op_s
-            # The client's next round (tool time 0) arrives one control round trip after the done,
-            # while the release is still writing: only the blocks written by then are hits.
-            landed = (
-                min(new_blocks, int(self.overheads.control_round_trip_s // op_s)) if op_s > 0 else new_blocks
+            # Written during its decode steps; charged before the DE's next run (same DE time).
+            self._stall_s[node] = (
+                self._stall_s.get(node, 0.0) + decode_blocks * self.overheads.store_write_op_s
             )
-            agent = self._agent_of[r.request_id]
-            # In the store by then: every earlier round's blocks (their releases landed during this round).
-            earlier = self._released_hit.get(agent.agent_id, 0)
-            self._released_hit[agent.agent_id] = (r.prompt_tokens + r.gen_tokens - 1) // bt * bt
-            agent.hit_tokens = max(earlier, r.hit_tokens // bt * bt + landed * bt)
+            self._written.discard(r.request_id)
         super()._done(c)
 
     def _decode_start(self, node: int) -> None:
         if node in self._stalled:
             return
         stall = self._stall_s.pop(node, 0.0)
+        if self.mode.skip_io:
+            stall += self._oracle_blocks(node)
         if stall > 0.0:
             self._stalled.add(node)
             self.sim.schedule(stall, self._decode_resume, node)
@@ -124,4 +132,4 @@ class TwinSimulation(Simulation):
 
     def _decode_resume(self, node: int) -> None:
         self._stalled.discard(node)
-        super()._decode_start(node)
+        self._decode_start(node)  # joiners that came during the stall write their blocks too
