@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import queue
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,6 +49,9 @@ class _DeRequest:
     dram_persists: int = 0  # prompt-block persists still reading the landing region
     released: bool = False
     persisted_tokens: int = 0  # oracle only: whole blocks this node wrote without persist commands
+    max_tokens: int = 0  # oracle only: its last token waits for those writes
+    generated: int = 0
+    writes: list[Future[int]] = field(default_factory=list)
 
 
 class DecodeExecutor:
@@ -196,7 +199,9 @@ class DecodeExecutor:
             self._maybe_free_region(state)
         self.links.emit({"type": "persist_done", "rid": rid, "from_hbm": from_hbm})
 
-    def _write_blocks(self, state: _DeRequest, start: int, end: int, *, from_hbm: bool) -> None:
+    def _write_blocks(
+        self, state: _DeRequest, start: int, end: int, *, from_hbm: bool, wait: bool = True
+    ) -> Future[int] | None:
         bt = self.links.block_tokens
         with self._lock:
             ids = list(state.token_ids[:end])
@@ -216,8 +221,12 @@ class DecodeExecutor:
                 data = b"".join(parts)
             parent = keys[b - 1] if b else ROOT_KEY
             writes.append(BlockWrite(key=keys[b], data=data, num_layers=self.layers, parent=parent))
-        if writes:
-            self.links.writer.submit(WriteJob(job_id=f"w{state.rid}.{start}", blocks=tuple(writes))).result()
+        if not writes:
+            return None
+        future = self.links.writer.submit(WriteJob(job_id=f"w{state.rid}.{start}", blocks=tuple(writes)))
+        if wait:
+            future.result()
+        return future
 
     def _maybe_free_region(self, state: _DeRequest) -> None:
         with self._lock:
@@ -243,6 +252,7 @@ class DecodeExecutor:
                 with self._lock:
                     state.h2d_done = True
                     state.persisted_tokens = int(join["hit_tokens"])
+                    state.max_tokens, state.generated = int(join["max_tokens"]), 1
                 self._maybe_free_region(state)
         states = [self._state(int(rid)) for rid in message["batch"]]
         last = [s.token_ids[-1] for s in states]
@@ -258,13 +268,21 @@ class DecodeExecutor:
 
     def _persist_inline(self, states: list[_DeRequest]) -> None:
         """Oracle (§7.1: I/O takes no time, no persist commands): every whole block is written (unpaced)
-        before the step's tokens go out, so when the core finishes a request the next round hits."""
+        as it fills, and a request's last token goes out only once its writes landed, so when the core
+        finishes it the next round hits."""
         bt = self.links.block_tokens
         for state in states:
+            state.generated += 1
             end = self.cache.num_tokens(state.rid) // bt * bt
             if end > state.persisted_tokens:
-                self._write_blocks(state, state.persisted_tokens, end, from_hbm=True)
+                future = self._write_blocks(state, state.persisted_tokens, end, from_hbm=True, wait=False)
+                if future is not None:
+                    state.writes.append(future)
                 state.persisted_tokens = end
+            if state.generated >= state.max_tokens:
+                for future in state.writes:
+                    future.result()
+                state.writes.clear()
 
     def _release(self, message: Message) -> None:
         rid = int(message["rid"])

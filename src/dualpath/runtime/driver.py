@@ -368,7 +368,7 @@ class RuntimeDriver:
             live = self._live[r.request_id]
             live.times["decode_start"] = now_s
             joins.append({"rid": r.request_id, "token_ids": live.token_ids, "first_token": live.first_token,
-                          "hit_tokens": live.usable_hit_tokens})  # fmt: skip
+                          "hit_tokens": live.usable_hit_tokens, "max_tokens": r.gen_tokens})  # fmt: skip
         message = {
             "type": "decode_step",
             "step": self._decode_step[node],
