@@ -79,6 +79,21 @@ class TwinSimulation(Simulation):
         decode = sum(1 for r in self._decode.values() if r.busy)
         return max(1.0, (prefill + decode + starting) / self.host_cores)
 
+    def _start_step(self, c: cmd.StartPrefillStep) -> None:
+        super()._start_step(c)
+        self._retime_decode()
+
+    def _compute_done(self, step: Any) -> None:
+        super()._compute_done(step)
+        self._retime_decode()
+
+    def _retime_decode(self) -> None:
+        """A forward started or ended: the running decode runs end at their next step boundary and
+        restart with the new core share (the same cut a joiner makes)."""
+        for node, run in self._decode.items():
+            if run.busy:
+                self._decode_changed(cmd.DecodeChanged(node_id=node))
+
     # ---- store writes ----------------------------------------------------------------------------
     def _persist(self, c: cmd.StartPersist) -> None:
         blocks = c.tokens // self.cluster.scheduler.block_tokens
