@@ -128,3 +128,14 @@ def test_demo_rows_get_predictions_from_a_cached_calibration(cal, tmp_path: Path
     assert rows[0]["predicted_jct_s"] > rows[1]["predicted_jct_s"] > 0
     assert rows[0]["jct_s_error_pct"] == pytest.approx(100 * (rows[0]["predicted_jct_s"] / 2.0 - 1))
     assert "sim JCT" in format_predictions(rows)
+
+
+def test_online_arrivals_are_the_load_generators(cal) -> None:  # type: ignore[no-untyped-def]
+    import numpy as np
+
+    from dualpath.runtime.loadgen import poisson_starts
+
+    sim = TwinSimulation(sim_config(_spec(), cal, "dualpath", aps=3.0), TRACE, seed=7,
+                         overheads=cal.overheads, host_cores=2.0)  # fmt: skip
+    want = poisson_starts(len(TRACE), 3.0, np.random.default_rng([7, 1]))
+    assert [a.start_s for a in sim.agents] == want and want[0] > 0

@@ -23,7 +23,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from dualpath.engine import commands as cmd
+from dualpath.runtime.loadgen import poisson_starts
 from dualpath.sim.agents import Round
 from dualpath.sim.cost import CostModel
 from dualpath.sim.driver import SimConfig, Simulation
@@ -65,6 +68,7 @@ class TwinSimulation(Simulation):
         overheads: CalibrationOverheads,
         host_cores: float,
     ) -> None:
+        self._seed = seed  # read by _arrivals during the base constructor
         super().__init__(config, trajectories, seed=seed)
         self.overheads, self.host_cores = overheads, host_cores
         self.cost = _RuntimeCost(self.cost, self)  # type: ignore[assignment]
@@ -72,6 +76,13 @@ class TwinSimulation(Simulation):
         self._stall_s: dict[int, float] = {}
         self._stalled: set[int] = set()
         self._written: set[int] = set()  # oracle joiners whose prompt blocks are charged
+
+    def _arrivals(self, rng: np.random.Generator) -> None:
+        """Agent starts exactly as the runtime's load generator draws them (`runtime.loadgen.poisson_starts`)."""
+        starts = poisson_starts(len(self.agents), self.config.aps, np.random.default_rng([self._seed, 1]))
+        for agent, start_s in zip(self.agents, starts, strict=True):
+            agent.start_s = start_s
+            self.sim.schedule_at(start_s, self._next_round, agent)
 
     # ---- shared cores --------------------------------------------------------------------------
     def cpu_share(self, *, starting: int) -> float:
