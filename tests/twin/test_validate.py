@@ -68,7 +68,9 @@ def test_store_write_cost_per_block_delays_persisted_requests(cal) -> None:  # t
 
 
 def test_engines_share_the_host_cores(cal) -> None:  # type: ignore[no-untyped-def]
-    assert _jct(cal, "oracle", host_cores=1.0) > 1.05 * _jct(cal, "oracle", host_cores=64.0)
+    # Store writes off: they would hide the compute on this small trace's critical path.
+    one = _jct(cal, "oracle", host_cores=1.0, store_write_op_s=0.0)
+    assert one > 1.2 * _jct(cal, "oracle", host_cores=64.0, store_write_op_s=0.0)
 
 
 def test_oracle_store_writes_stall_the_decode_loop(cal) -> None:  # type: ignore[no-untyped-def]

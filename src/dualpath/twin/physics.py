@@ -14,8 +14,8 @@ costs added, each from a calibration measurement (docs/twin.md "What the twin ad
   `FileStore` (temp file, fsync, rename: `store_write_op_s`), one block after the other on one thread.
   The fixed part holds the writer as bytes would, so it travels as bytes on the persist path
   (`store_write_op_s` x SNIC rate per block); SNIC byte counters exclude it.
-- Oracle store writes: with I/O skipped, the DE writes every block that became whole to the store
-  inside its decode loop (runtime/de_executor.py `_persist_inline`), so its decode steps wait for them.
+- Oracle store writes: with I/O skipped, the DE's writer thread stores every block that became whole
+  (runtime/de_executor.py `_persist_inline`); a request's last decode step waits for its writes.
 """
 
 from __future__ import annotations
@@ -75,7 +75,8 @@ class TwinSimulation(Simulation):
         self.persist_overhead_bytes: dict[int, float] = {}  # per DE node: fsync time carried as bytes
         self._stall_s: dict[int, float] = {}
         self._stalled: set[int] = set()
-        self._written: set[int] = set()  # oracle joiners whose prompt blocks are charged
+        self._written: set[int] = set()  # oracle joiners whose prompt blocks are queued
+        self._writer_free_s: dict[int, float] = {}  # oracle: per DE node, when its writer is idle
 
     def _arrivals(self, rng: np.random.Generator) -> None:
         """Agent starts exactly as the runtime's load generator draws them (`runtime.loadgen.poisson_starts`)."""
@@ -117,19 +118,22 @@ class TwinSimulation(Simulation):
         if not c.from_hbm:
             self._touched[pipe] = None
 
-    # ---- oracle: the DE writes whole blocks inside its decode loop -----------------------------------
+    # ---- oracle: the DE writes whole blocks beside its decode loop ----------------------------------
     # runtime/de_executor.py `_persist_inline`: with I/O skipped there are no persist commands; every
-    # block that is whole after a decode step is written to the store before the step's tokens go out
-    # (a joiner's prompt blocks beyond its hit at its first step, then one block per block_tokens
-    # generated), so the DE's decode loop waits blocks x store_write_op_s.
-    def _oracle_blocks(self, node: int) -> float:
-        bt, op_s = self.cluster.scheduler.block_tokens, self.overheads.store_write_op_s
-        stall = 0.0
+    # block that becomes whole (a joiner's prompt blocks beyond its hit at its first step, then one per
+    # block_tokens generated) goes to the DE's one StorageWriter thread (FIFO, store_write_op_s each),
+    # and a request's last decode step waits until its writes have landed.
+    def _enqueue_writes(self, node: int, blocks: int) -> float:
+        start_s = max(self._writer_free_s.get(node, 0.0), self.sim.now_s)
+        self._writer_free_s[node] = start_s + blocks * self.overheads.store_write_op_s
+        return self._writer_free_s[node]
+
+    def _oracle_joins(self, node: int) -> None:
+        bt = self.cluster.scheduler.block_tokens
         for r in self.core.de_nodes[node].joining:
             if r.request_id not in self._written:
                 self._written.add(r.request_id)
-                stall += max(0, (r.prompt_tokens + 1) // bt - r.hit_tokens // bt) * op_s
-        return stall
+                self._enqueue_writes(node, max(0, (r.prompt_tokens + 1) // bt - r.hit_tokens // bt))
 
     def _done(self, c: cmd.RequestDone) -> None:
         r = c.request
@@ -137,10 +141,10 @@ class TwinSimulation(Simulation):
             bt = self.cluster.scheduler.block_tokens
             decode_blocks = max(0, (r.prompt_tokens + r.gen_tokens - 1) // bt - (r.prompt_tokens + 1) // bt)
             node = self.core.node_of_engine(r.de_engine)
-            # Written during its decode steps; charged before the DE's next run (same DE time).
-            self._stall_s[node] = (
-                self._stall_s.get(node, 0.0) + decode_blocks * self.overheads.store_write_op_s
-            )
+            landed_s = self._enqueue_writes(node, decode_blocks)
+            # Its last step waits for them; charged before the DE's next run (same DE time; the
+            # request's own done is not delayed here).
+            self._stall_s[node] = max(self._stall_s.get(node, 0.0), landed_s - self.sim.now_s)
             self._written.discard(r.request_id)
         super()._done(c)
 
@@ -149,7 +153,7 @@ class TwinSimulation(Simulation):
             return
         stall = self._stall_s.pop(node, 0.0)
         if self.mode.skip_io:
-            stall += self._oracle_blocks(node)
+            self._oracle_joins(node)
         if stall > 0.0:
             self._stalled.add(node)
             self.sim.schedule(stall, self._decode_resume, node)
