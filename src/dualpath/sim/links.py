@@ -50,6 +50,7 @@ from dualpath.sim.links_fill import (
 RATE_UPDATE_PRIORITY = 1 << 30
 # Two rates closer than this (relative) are the same rate: avoids rescheduling completions for noise.
 _RATE_RTOL = 1e-9
+_SAT_TOL = 1.0 - SAT_RTOL  # a link carrying at least this fraction of its capacity is saturated
 
 
 class TrafficClass(IntEnum):
@@ -310,15 +311,19 @@ class LinkNetwork:
         flow.active = True
         flow.start_s = now_s
         flow._handle = None
-        high = flow.traffic_class is TrafficClass.HIGH
-        key = (flow.traffic_class, flow.path)
+        traffic_class = flow.traffic_class
+        high = traffic_class is TrafficClass.HIGH
+        path = flow.path
+        key = (traffic_class, path)
         group = self._groups.get(key)
         if group is None:
-            group = self._groups[key] = FlowGroup(flow.path, high, now_s)
-            for link in flow.path:
+            group = self._groups[key] = FlowGroup(path, high, now_s)
+            for link in path:
                 link.groups[group] = None
         self._mark_dirty(group)
-        group.settle(now_s)
+        rate = group.rate  # joins at its group's rate until the update at the end of this instant
+        group.vtime_bytes += rate * (now_s - group.last_s)
+        group.last_s = now_s
         group.num_flows += 1
         if high:
             self._num_high += 1
@@ -326,10 +331,9 @@ class LinkNetwork:
             self._num_low += 1
         self._seq += 1
         flow._group = group
-        flow._tag = group.vtime_bytes + flow.size_bytes
-        heapq.heappush(group.heap, (flow._tag, self._seq, flow))
-        rate = group.rate  # joins at its group's rate until the update at the end of this instant
-        for link in flow.path:
+        tag = flow._tag = group.vtime_bytes + flow.size_bytes
+        heapq.heappush(group.heap, (tag, self._seq, flow))
+        for link in path:
             link.num_flows += 1
             if rate > 0.0:
                 link._add_rate(now_s, high, rate)
@@ -339,8 +343,11 @@ class LinkNetwork:
         group = flow._group
         assert group is not None
         self._mark_dirty(group)
-        group.settle(now_s)
-        flow._remaining = max(0.0, flow._tag - group.vtime_bytes)
+        rate = group.rate
+        vtime = group.vtime_bytes = group.vtime_bytes + rate * (now_s - group.last_s)
+        group.last_s = now_s
+        remaining = flow._tag - vtime
+        flow._remaining = remaining if remaining > 0.0 else 0.0
         flow.active = False
         group.num_flows -= 1
         high = group.high
@@ -348,13 +355,13 @@ class LinkNetwork:
             self._num_high -= 1
         else:
             self._num_low -= 1
-        rate = group.rate
-        for link in group.path:
+        path = group.path
+        for link in path:
             link.num_flows -= 1
             link._add_rate(now_s, high, -rate)
         if group.num_flows == 0:
-            del self._groups[(flow.traffic_class, group.path)]
-            for link in group.path:
+            del self._groups[(flow.traffic_class, path)]
+            for link in path:
                 del link.groups[group]
             set_bottleneck(group, None)
             if group.handle is not None:
@@ -366,7 +373,7 @@ class LinkNetwork:
         before = self._saturated_before
         for link in group.path:
             if link not in before:
-                before[link] = link.rate_high + link.rate_low >= link.capacity_bytes_per_s * (1.0 - SAT_RTOL)
+                before[link] = link.rate_high + link.rate_low >= link.capacity_bytes_per_s * _SAT_TOL
         if not self._update_pending:
             self._update_pending = True
             self.sim.schedule(0.0, self._update_rates, priority=RATE_UPDATE_PRIORITY)
@@ -436,7 +443,7 @@ class LinkNetwork:
                 refilled[g] = None
             for link in g.path:
                 if before[link]:
-                    refilled.update(bottlenecked_on(link))
+                    bottlenecked_on(link, refilled)
         if not refilled:
             return {}
         saturated_before = _SaturatedBefore(before)
@@ -499,28 +506,32 @@ class LinkNetwork:
             for link in g.path:
                 link._add_rate(now_s, high, delta)
             changed[g] = None
+        reschedule = self._reschedule
         for g in dirty:
             if g.num_flows and g not in changed:
-                self._reschedule(g, now_s, False)
+                reschedule(g, now_s, False)
         for g in changed:
-            self._reschedule(g, now_s, True)
+            reschedule(g, now_s, True)
 
     def _reschedule(self, g: FlowGroup, now_s: float, rate_changed: bool) -> None:
-        top = g.top()
+        heap = g.heap
+        while heap and not heap[0][2].active:  # drop aborted flows from the top (FlowGroup.top)
+            heapq.heappop(heap)
         handle = g.handle
-        if top is None:
+        if not heap:
             if handle is not None:
                 self.sim.cancel(handle)
                 g.handle = None
             return
-        tag = top[0]
+        tag = heap[0][0]
         if handle is not None:
             if not rate_changed and g.handle_tag == tag:
                 return  # same earliest flow, same rate: its event stands
-            self.sim.cancel(handle)
-        g.vtime_bytes += g.rate * (now_s - g.last_s)
+            handle[3] = None  # Simulator.cancel: lazy, the entry is skipped when popped
+        rate = g.rate
+        vtime = g.vtime_bytes = g.vtime_bytes + rate * (now_s - g.last_s)
         g.last_s = now_s
-        delay_s = (tag - g.vtime_bytes) / g.rate
+        delay_s = (tag - vtime) / rate
         g.handle_tag = tag
         g.handle = self.sim.schedule(delay_s if delay_s > 0.0 else 0.0, self._group_due, g)
 
@@ -530,7 +541,7 @@ class _SaturatedBefore(dict):  # type: ignore[type-arg]
     (a link no dirty group crosses has not changed yet)."""
 
     def __missing__(self, link: Link) -> bool:
-        value = link.rate_high + link.rate_low >= link.capacity_bytes_per_s * (1.0 - SAT_RTOL)
+        value = link.rate_high + link.rate_low >= link.capacity_bytes_per_s * _SAT_TOL
         self[link] = value
         return value
 

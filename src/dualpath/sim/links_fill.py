@@ -79,8 +79,14 @@ def fill(
     """
     if len(groups) == 1:  # the common case: one group, limited by its tightest link
         (g,) = groups
-        link = min(g.path, key=residual.__getitem__)
-        best = residual[link] / g.num_flows
+        path = g.path
+        link = path[0]
+        least = residual[link]
+        for other in path:  # the first tightest link, as min() would pick
+            free = residual[other]
+            if free < least:
+                link, least = other, free
+        best = least / g.num_flows
         if frozen_at is not None:
             frozen_at[g] = link
         return {g: best if best > 0.0 else 0.0}
@@ -146,10 +152,22 @@ def _top_rate(link: Link, rates: dict[FlowGroup, float]) -> float:
     return top
 
 
-def bottlenecked_on(link: Link) -> dict[FlowGroup, None]:
-    """Groups at the largest rate on `link` (its bottlenecked ones, if the link is saturated)."""
-    top = _top_rate(link, {}) * (1.0 - SAT_RTOL)
-    return {g: None for g in link.groups if g.rate >= top}
+def bottlenecked_on(link: Link, into: dict[FlowGroup, None] | None = None) -> dict[FlowGroup, None]:
+    """Groups at the largest rate on `link` (its bottlenecked ones, if the link is saturated), added to
+    `into` (a new dict when None), which is returned."""
+    groups = link.groups
+    top = 0.0
+    for g in groups:
+        r = g.rate
+        if r > top:
+            top = r
+    top *= 1.0 - SAT_RTOL
+    if into is None:
+        into = {}
+    for g in groups:
+        if g.rate >= top:
+            into[g] = None
+    return into
 
 
 def find_violations(
@@ -213,10 +231,11 @@ def fixed_residual(groups: dict[FlowGroup, None]) -> dict[Link, float]:
     groups: a DRAM or storage link crossed by many groups costs O(1) here.
     """
     residual: dict[Link, float] = {}
+    get = residual.get
     for g in groups:
         used = g.num_flows * g.rate
         for link in g.path:
-            free = residual.get(link)
+            free = get(link)
             if free is None:
                 free = link.capacity_bytes_per_s - link.rate_high - link.rate_low
             residual[link] = free + used
