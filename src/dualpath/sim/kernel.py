@@ -94,6 +94,9 @@ class Simulator:
         countdown = every if progress is not None else -1
         heap, pop = self._heap, heapq.heappop
         ran = 0
+        processed = (
+            self.events_processed
+        )  # kept in a local in the loop, written back for progress and at the end
         self._stopped = False
         # The hot loop: locals only, one pop and one call per event.
         while heap and ran != budget:
@@ -108,13 +111,14 @@ class Simulator:
             self.now_s = entry[0]
             callback(*entry[4])
             ran += 1
-            self.events_processed += 1
             countdown -= 1
             if countdown == 0 and progress is not None:
+                self.events_processed = processed + ran
                 progress(self)
                 countdown = every
             if self._stopped:
                 break
+        self.events_processed = processed + ran
         if until_s is not None and not self._stopped and ran != budget:
             self.now_s = until_s
         return ran

@@ -72,6 +72,7 @@ class Link:
         "bottlenecked",
         "rate_high",
         "rate_low",
+        "top_rate",
         "_last_s",
         "_bytes_high",
         "_bytes_low",
@@ -93,6 +94,7 @@ class Link:
         self.bottlenecked: dict[FlowGroup, None] = {}  # groups whose remembered bottleneck it is
         self.rate_high = 0.0
         self.rate_low = 0.0
+        self.top_rate = 0.0  # largest per-flow rate of its groups; < 0: stale (links_fill.cached_top_rate)
         self._last_s = 0.0
         self._bytes_high = 0.0
         self._bytes_low = 0.0
@@ -363,6 +365,8 @@ class LinkNetwork:
             del self._groups[(flow.traffic_class, path)]
             for link in path:
                 del link.groups[group]
+                if rate >= link.top_rate:
+                    link.top_rate = -1.0  # it may have been the fastest
             set_bottleneck(group, None)
             if group.handle is not None:
                 self.sim.cancel(group.handle)
@@ -505,6 +509,12 @@ class LinkNetwork:
             high = g.high
             for link in g.path:
                 link._add_rate(now_s, high, delta)
+                top = link.top_rate
+                if top >= 0.0:  # keep the cached largest rate exact, or mark it stale
+                    if new >= top:
+                        link.top_rate = new
+                    elif old >= top:
+                        link.top_rate = -1.0
             changed[g] = None
         reschedule = self._reschedule
         for g in dirty:

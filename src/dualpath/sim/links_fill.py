@@ -152,19 +152,27 @@ def _top_rate(link: Link, rates: dict[FlowGroup, float]) -> float:
     return top
 
 
+def cached_top_rate(link: Link) -> float:
+    """Largest per-flow rate of the link's groups, cached on the link (`LinkNetwork._apply` keeps it exact
+    or marks it stale): equal to `_top_rate(link, {})`, without the scan while no rate there changed."""
+    top = link.top_rate
+    if top < 0.0:
+        top = 0.0
+        for g in link.groups:
+            r = g.rate
+            if r > top:
+                top = r
+        link.top_rate = top
+    return top
+
+
 def bottlenecked_on(link: Link, into: dict[FlowGroup, None] | None = None) -> dict[FlowGroup, None]:
     """Groups at the largest rate on `link` (its bottlenecked ones, if the link is saturated), added to
     `into` (a new dict when None), which is returned."""
-    groups = link.groups
-    top = 0.0
-    for g in groups:
-        r = g.rate
-        if r > top:
-            top = r
-    top *= 1.0 - SAT_RTOL
+    top = cached_top_rate(link) * (1.0 - SAT_RTOL)
     if into is None:
         into = {}
-    for g in groups:
+    for g in link.groups:
         if g.rate >= top:
             into[g] = None
     return into
@@ -206,7 +214,8 @@ def find_violations(
                 continue
             t = top.get(link)
             if t is None:
-                t = top[link] = _top_rate(link, rates)
+                # Only the re-filled groups have new rates, and they cross only the links of `new_load`.
+                t = top[link] = _top_rate(link, rates) if link in new_load else cached_top_rate(link)
             if r >= t * tol:
                 found = link
                 break
