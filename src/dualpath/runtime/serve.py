@@ -18,7 +18,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from dualpath.runtime.cluster import RuntimeClusterSpec, dump_cluster
-from dualpath.runtime.launcher import stop_process, unlink_shared_memory
+from dualpath.runtime.launcher import stop_processes, unlink_shared_memory
 from dualpath.runtime.scheduler import ClusterScheduler, serve_scheduler
 
 
@@ -106,8 +106,7 @@ def serve(
         except KeyboardInterrupt:
             pass
         finally:
-            for child in children:
-                stop_process(child)
+            stop_processes(children)
             unlink_shared_memory(namespace)
     return 0
 
