@@ -225,6 +225,7 @@ def run_node(options: NodeOptions, spec: RuntimeClusterSpec) -> int:
     context = zmq.Context.instance()
     control = dealer(context, options.scheduler_address, options.name)
     links: NodeLinks | None = None
+    notices: threading.Thread | None = None
     try:
         hello = {
             "type": "hello",
@@ -260,6 +261,8 @@ def run_node(options: NodeOptions, spec: RuntimeClusterSpec) -> int:
         return 0
     finally:
         stop.set()
+        if notices is not None:  # it polls the transfer endpoint: let it see `stop` before that closes
+            notices.join(timeout=1.0)
         if links is not None:
             links.close()
         control.close(0)
