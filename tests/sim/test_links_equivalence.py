@@ -197,3 +197,30 @@ def test_flows_sharing_a_path_need_one_pending_event() -> None:
     sim.run()
     assert net.flows_completed == 200
     assert link.bytes_carried(sim.now_s) == pytest.approx(sum((1 + i) * 0.01 * GB for i in range(200)))
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_cached_top_rate_is_exact_after_every_event(seed: int) -> None:
+    # The bottleneck checks read each link's cached largest group rate; stale (< 0) or exact, never wrong.
+    scenario = make_scenario(seed, high_fraction=0.0 if seed % 2 else 0.3)
+    sim = Simulator()
+    net = LinkNetwork(sim, high_priority_share=0.99)
+    links = [net.add_link(f"l{i}", cap) for i, cap in enumerate(scenario.capacities_bytes_per_s)]
+    flows = {}
+    for plan in scenario.flows:
+        path = [links[i] for i in plan.path]
+        sim.schedule_at(
+            plan.start_s,
+            lambda p=plan, path=path: flows.__setitem__(
+                p.flow_id, net.start_flow(p.size_bytes, path, p.traffic_class, lambda: None)
+            ),
+        )
+        if plan.abort_s is not None:
+            sim.schedule_at(plan.abort_s, lambda i=plan.flow_id: i in flows and net.abort_flow(flows[i]))
+    checked = 0
+    while sim.run(max_events=1):
+        for link in links:
+            if link.top_rate >= 0.0:
+                assert link.top_rate == max((g.rate for g in link.groups), default=0.0), link
+                checked += 1
+    assert checked > 0
