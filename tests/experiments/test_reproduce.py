@@ -104,3 +104,11 @@ def test_fig7_speedup_claim_reads_basic_over_dualpath(tmp_path: Path) -> None:
     section = experiment.analyze(results, True, tmp_path)
     claim = next(c for c in section.claims if c.claim_key == "offline_speedup_ds660b")
     assert claim.ours == pytest.approx(1.87)
+
+
+def test_capacity_claim_is_empty_when_the_sweep_never_saturates_basic(tmp_path: Path) -> None:
+    experiment = EXPERIMENTS["fig10"]
+    fast = {"ttft_s": summary(0.5), "tpot_s": summary(0.02)}
+    results = {s.key(): fast for s in experiment.specs(True)}
+    section = experiment.analyze(results, True, tmp_path)
+    assert all(c.ours is None and "did not reach" in c.note for c in section.claims)
