@@ -183,6 +183,7 @@ class Simulation:
             log=self.log,
         )
         self.rates = rates
+        _check_requests_fit(trajectories, self.core.config.de_hbm_kv_tokens, c)
         self.agents = [Agent(i, t, 0.0) for i, t in enumerate(trajectories)]
         self.times: dict[int, RequestTimes] = {}
         self._next_id = 0
@@ -500,3 +501,17 @@ def _typical(trajectories: Sequence[Sequence[Round]]) -> tuple[int, int]:
             appends.append(append)
             ctx += gen
     return int(np.mean(contexts)), max(1, int(np.median(appends)))
+
+
+def _check_requests_fit(
+    trajectories: Sequence[Sequence[Round]], de_hbm_kv_tokens: int, c: ClusterSpec
+) -> None:
+    """Refuse a run in which some round could never be placed (paper §6.2: a DE admits a request only when
+    its HBM holds prompt + output), instead of letting the simulation stall with agents that never finish."""
+    longest = max((sum(append + gen for append, gen in t) for t in trajectories), default=0)
+    if longest > de_hbm_kv_tokens:
+        raise ValueError(
+            f"a trajectory reaches {longest:,} tokens but one decode engine of {c.model.name} on "
+            f"{c.hardware.name} holds at most {de_hbm_kv_tokens:,} KV tokens (HBM less weights): no DE could "
+            "ever admit its last rounds; use a smaller dataset, more decode GPUs per model replica or more HBM"
+        )
