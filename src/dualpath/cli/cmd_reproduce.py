@@ -48,13 +48,23 @@ def run(args: argparse.Namespace) -> int:
             print(spec.label())
         return 0
     started = time.perf_counter()
+    unique = {spec.key(): spec for spec in specs}
+    cached = sum((args.out / "runs" / f"{key}.json").exists() for key in unique)
     outcomes = run_all(specs, args.out / "runs", workers=args.workers)
     results = {key: outcome.result for key, outcome in outcomes.items() if outcome.result is not None}
     sections = [e.analyze(results, args.quick, args.out / "plots") for e in experiments]
+    for experiment, section in zip(experiments, sections, strict=True):
+        mine = {spec.key() for spec in experiment.specs(args.quick)}
+        section.notes += [
+            f"run failed: {o.spec.label()}: {o.error}"
+            for o in failed(outcomes.values())
+            if o.spec.key() in mine
+        ]
     wall_s = time.perf_counter() - started
     header = (
-        f"{len(outcomes)} simulator runs in {wall_s:.0f} s on {platform.node()} "
-        f"({platform.processor() or platform.machine()}, {args.workers or 'all'} workers)."
+        f"{len(outcomes)} simulator runs ({cached} of them from the cache in {args.out / 'runs'}) in "
+        f"{wall_s:.0f} s on {platform.node()} ({platform.processor() or platform.machine()}, "
+        f"{args.workers or 'all'} workers)."
     )
     paths = write_report(args.out, sections, quick=args.quick, header=header)
     for section in sections:

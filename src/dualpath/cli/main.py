@@ -66,7 +66,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # `python -m dualpath.cli.main`: run the imported module's copy, so that `UserError` raised by the
+    # subcommands (which import `dualpath.cli.main`) is the class caught here, not a second `__main__` copy.
+    from dualpath.cli.main import run as _run
+
+    _run()
 
 
 def run() -> None:
