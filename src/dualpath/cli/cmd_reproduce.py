@@ -28,13 +28,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser.add_argument("--quick", action="store_true", help="smaller sweeps (minutes instead of hours)")
     parser.add_argument("--workers", type=int, default=None, help="parallel simulations (default: cores)")
     parser.add_argument("--list", action="store_true", help="list the runs and exit")
+    parser.add_argument("--report-only", action="store_true", help="write the report from cached runs only")
     parser.set_defaults(func=run)
     return parser
 
 
 def run(args: argparse.Namespace) -> int:
     from dualpath.experiments.report import write_report
-    from dualpath.experiments.runner import failed, run_all
+    from dualpath.experiments.runner import failed, load_cached, run_all
     from dualpath.experiments.scenarios import EXPERIMENTS
 
     names = list(EXPERIMENTS) if "all" in args.experiments else args.experiments
@@ -50,7 +51,10 @@ def run(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     unique = {spec.key(): spec for spec in specs}
     cached = sum((args.out / "runs" / f"{key}.json").exists() for key in unique)
-    outcomes = run_all(specs, args.out / "runs", workers=args.workers)
+    if args.report_only:
+        outcomes = load_cached(specs, args.out / "runs")
+    else:
+        outcomes = run_all(specs, args.out / "runs", workers=args.workers)
     results = {key: outcome.result for key, outcome in outcomes.items() if outcome.result is not None}
     sections = [e.analyze(results, args.quick, args.out / "plots") for e in experiments]
     for experiment, section in zip(experiments, sections, strict=True):

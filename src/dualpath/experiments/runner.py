@@ -61,6 +61,12 @@ def run_all(
     return {key: outcome for key, outcome in outcomes.items() if outcome is not None}
 
 
+def load_cached(specs: Sequence[RunSpec], cache_dir: Path) -> dict[str, RunOutcome]:
+    """The outcomes already on disk, running nothing (`reproduce --report-only`)."""
+    found = {spec.key(): _cached(spec, cache_dir) for spec in specs}
+    return {key: outcome for key, outcome in found.items() if outcome is not None}
+
+
 def _cached(spec: RunSpec, cache_dir: Path) -> RunOutcome | None:
     path = cache_dir / f"{spec.key()}.json"
     if not path.exists():
