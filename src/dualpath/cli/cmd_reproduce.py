@@ -59,6 +59,12 @@ def run(args: argparse.Namespace) -> int:
     sections = [e.analyze(results, args.quick, args.out / "plots") for e in experiments]
     for experiment, section in zip(experiments, sections, strict=True):
         mine = {spec.key() for spec in experiment.specs(args.quick)}
+        if args.report_only:
+            section.notes += [
+                f"no cached result (failed, stopped or never run): {spec.label()}"
+                for spec in dict.fromkeys(experiment.specs(args.quick))
+                if spec.key() not in outcomes
+            ]
         section.notes += [
             f"run failed: {o.spec.label()}: {o.error}"
             for o in failed(outcomes.values())
