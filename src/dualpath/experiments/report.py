@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from dualpath.experiments.claims import CLAIMS_BY_KEY
-from dualpath.experiments.section import Section
+from dualpath.experiments.section import Section, format_cell
 
 
 def claims_rows(sections: Sequence[Section]) -> list[list[object]]:
@@ -94,16 +94,10 @@ def _html(out_dir: Path, sections: Sequence[Section], *, quick: bool, header: st
         )
         parts.append("<table><tr>" + "".join(f"<th>{html.escape(c)}</th>" for c in section.columns) + "</tr>")
         for row in section.rows:
-            parts.append("<tr>" + "".join(f"<td>{html.escape(_cell(v))}</td>" for v in row) + "</tr>")
+            parts.append("<tr>" + "".join(f"<td>{html.escape(format_cell(v))}</td>" for v in row) + "</tr>")
         parts.append("</table>")
         parts += [f"<p><i>note: {html.escape(n)}</i></p>" for n in section.notes]
         for plot in section.plots:
             data = base64.b64encode(plot.read_bytes()).decode()
             parts.append(f"<img alt='{html.escape(plot.stem)}' src='data:image/png;base64,{data}'>")
     return "\n".join(parts)
-
-
-def _cell(value: object) -> str:
-    if isinstance(value, float):
-        return f"{value:.3g}" if abs(value) < 1000 else f"{value:,.0f}"
-    return "—" if value is None else str(value)

@@ -9,7 +9,7 @@ GPU count; `--quick` shrinks them so that `reproduce all --quick` finishes in mi
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from dualpath.experiments import plots
@@ -198,12 +198,7 @@ def _fig8_analyze(results: Results, quick: bool, plot_dir: Path) -> Section:
     groups: dict[str, dict[str, float]] = {}
     for spec in _fig8_specs(quick)[::2]:
         b = metric(results.get(spec.key()), "jct_s")
-        f = metric(
-            results.get(
-                RunSpec(model=spec.model, p=spec.p, d=spec.d, agents=spec.agents, mode="dualpath").key()
-            ),
-            "jct_s",
-        )
+        f = metric(results.get(replace(spec, mode="dualpath").key()), "jct_s")
         layout = f"{spec.p}P{spec.d}D"
         section.rows.append([layout, round(spec.p / spec.d, 3), b, f, ratio(b, f)])
         groups[layout] = {k: v for k, v in (("basic", b), ("dualpath", f)) if v is not None}
@@ -247,19 +242,7 @@ def _fig9_analyze(results: Results, quick: bool, plot_dir: Path) -> Section:
                 continue
             factor = float(spec.overrides[0].split("=")[1])
             b = metric(results.get(spec.key()), "jct_s")
-            f = metric(
-                results.get(
-                    RunSpec(
-                        model=spec.model,
-                        p=1,
-                        d=1,
-                        agents=spec.agents,
-                        mode="dualpath",
-                        overrides=spec.overrides,
-                    ).key()
-                ),
-                "jct_s",
-            )
+            f = metric(results.get(replace(spec, mode="dualpath").key()), "jct_s")
             section.rows.append([knob, factor, b, f, ratio(b, f)])
             xs.append(factor)
             speedups.append(ratio(b, f))

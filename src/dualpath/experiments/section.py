@@ -27,18 +27,19 @@ class Section:
 
     def markdown_table(self) -> str:
         lines = ["| " + " | ".join(self.columns) + " |", "|" + "---|" * len(self.columns)]
-        lines += ["| " + " | ".join(_fmt(v) for v in row) + " |" for row in self.rows]
+        lines += ["| " + " | ".join(format_cell(v) for v in row) + " |" for row in self.rows]
         return "\n".join(lines)
 
     def text_table(self) -> str:
-        cells = [self.columns] + [[_fmt(v) for v in row] for row in self.rows]
+        cells = [self.columns] + [[format_cell(v) for v in row] for row in self.rows]
         widths = [max(len(r[i]) for r in cells) for i in range(len(self.columns))]
         out = ["  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in cells]
         out.insert(1, "  ".join("-" * w for w in widths))
         return "\n".join(out)
 
 
-def _fmt(value: object) -> str:
+def format_cell(value: object) -> str:
+    """One table cell: 3 significant digits, thousands separators for large numbers, — for missing."""
     if isinstance(value, float):
         return f"{value:.3g}" if abs(value) < 1000 else f"{value:,.0f}"
     return "—" if value is None else str(value)
