@@ -367,9 +367,11 @@ class Simulation:
                 t = self.times[i.request.request_id]
                 if math.isnan(t.prefill_start_s):
                     t.prefill_start_s = now
-        self._attention_balance(per_gpu)
-        step = _Step(c, self.sim.now_s, self.cost.prefill_forward_time_s(per_gpu),
-                     self.cost.prefill_layer_time_s(per_gpu, self.cluster.model.num_layers - 1))  # fmt: skip
+        compute_s, last_layer_s, attention = self.cost.prefill_step_s(
+            per_gpu, self.cluster.model.num_layers - 1
+        )
+        self._attention_balance(attention)
+        step = _Step(c, now, compute_s, last_layer_s)
         self._steps[c.node_id] = step
         if self.mode.skip_io:
             self.sim.schedule(step.compute_s, self._compute_done, step)
@@ -382,9 +384,8 @@ class Simulation:
         if not step.loads:
             self._loads_finished(step)
 
-    def _attention_balance(self, per_gpu: list[list[tuple[int, int]]]) -> None:
+    def _attention_balance(self, attention: list[float]) -> None:
         """Paper Fig. 14: max over the node's GPUs of attention time / the mean, for this step."""
-        attention = [self.cost.attention_layer_time_s(b) if b else 0.0 for b in per_gpu]
         mean = sum(attention) / len(attention)
         if mean > 0:
             self._attention_ratios.append(max(attention) / mean)
@@ -475,7 +476,7 @@ class Simulation:
         if not run.busy:
             return
         shape = self.core.decode_shape(node)
-        run.step_s = max(self.cost.decode_step_time_s(b, ctx) for b, ctx in shape)
+        run.step_s = self.cost.decode_step_max_s(shape)
         run.steps = self.core.decode_steps_to_next_batch_change(node)
         run.start_s = self.sim.now_s
         run.handle = self.sim.schedule(run.steps * run.step_s, self._decode_event, node)

@@ -8,6 +8,11 @@ fully deterministic. The shape follows SimPy's `core.Environment`: a heap keyed
 NOTE: an `EventHandle` *is* the heap entry, a 5-slot list `[time_s, priority, seq, callback, args]`.
 Cancelling sets `callback` to None (lazy cancellation: O(1), the entry is skipped when popped). Lists
 compare like tuples and `seq` is unique, so the heap never compares callbacks.
+
+`at_instant_end(callback)` runs a callback once every event of the current instant has run, before
+the clock moves on: what an event at `(now, +inf priority)` would do, without a heap entry. The link
+network's coalesced rate update is one per instant with flows starting or ending (≈40 % of all
+callbacks at 512 agents), so it skips the push and pop. Such callbacks are not counted as events.
 """
 
 from __future__ import annotations
@@ -25,7 +30,16 @@ _CALLBACK = 3  # index of the callback in a heap entry
 class Simulator:
     """A deterministic event loop on virtual time (seconds)."""
 
-    __slots__ = ("now_s", "events_processed", "_heap", "_seq", "_stopped", "_progress", "_progress_every")
+    __slots__ = (
+        "now_s",
+        "events_processed",
+        "_heap",
+        "_seq",
+        "_stopped",
+        "_progress",
+        "_progress_every",
+        "_instant_end",
+    )
 
     def __init__(self, *, start_s: float = 0.0) -> None:
         self.now_s: float = start_s
@@ -35,6 +49,7 @@ class Simulator:
         self._stopped: bool = False
         self._progress: Callable[[Simulator], None] | None = None
         self._progress_every: int = 0
+        self._instant_end: list[Callable[[], object]] = []
 
     def schedule(
         self, delay_s: float, callback: Callable[..., object], *args: Any, priority: int = 0
@@ -58,6 +73,16 @@ class Simulator:
         heapq.heappush(self._heap, entry)
         return entry
 
+    def at_instant_end(self, callback: Callable[[], object]) -> None:
+        """Run `callback()` after every event of the current instant (those it schedules at this instant
+        included), before time advances; in request order. Not counted in `events_processed`."""
+        self._instant_end.append(callback)
+
+    def _end_instant(self) -> None:
+        callbacks, self._instant_end = self._instant_end, []
+        for callback in callbacks:
+            callback()
+
     def cancel(self, handle: EventHandle) -> None:
         """Cancel a pending event; a no-op if it already ran or was cancelled."""
         handle[_CALLBACK] = None
@@ -75,6 +100,8 @@ class Simulator:
 
     def next_time_s(self) -> float | None:
         """Time of the next live event, or None when nothing is pending."""
+        if self._instant_end:
+            return self.now_s
         heap = self._heap
         while heap and heap[0][_CALLBACK] is None:
             heapq.heappop(heap)
@@ -98,17 +125,27 @@ class Simulator:
             self.events_processed
         )  # kept in a local in the loop, written back for progress and at the end
         self._stopped = False
-        # The hot loop: locals only, one pop and one call per event.
-        while heap and ran != budget:
-            entry = heap[0]
-            if entry[0] >= horizon:
+        # The hot loop: locals only, one pop and one call per event; the instant-end callbacks run when
+        # the next live event is later than now (or none is left), as a (now, +inf) entry would.
+        now = self.now_s
+        inf = float("inf")
+        while ran != budget:
+            if heap:
+                entry = heap[0]
+                time_s = entry[0]
+            else:
+                time_s = inf
+            if time_s > now and self._instant_end and now < horizon:
+                self._end_instant()
+                continue
+            if time_s >= horizon:
                 break
             pop(heap)
             callback = entry[_CALLBACK]
             if callback is None:
                 continue
             entry[_CALLBACK] = None  # a fired handle cancels as a no-op
-            self.now_s = entry[0]
+            self.now_s = now = time_s
             callback(*entry[4])
             ran += 1
             countdown -= 1

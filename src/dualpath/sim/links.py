@@ -16,8 +16,8 @@ With both classes saturating a link this gives the WRR split 99:1; a class alone
 a class that cannot use its share leaves it to the other. Within a class, flows share max-min fairly
 (progressive filling: repeatedly freeze the flows of the link with the smallest fair share).
 
-Recomputation is coalesced: starting or ending a flow only marks its group dirty and schedules one
-rate update at the same instant, after every other event of that instant (`RATE_UPDATE_PRIORITY`), so
+Recomputation is coalesced: starting or ending a flow only marks its group dirty and asks for one
+rate update at the end of the instant, after every other event of it (`Simulator.at_instant_end`), so
 ten flows started by one callback cost one recomputation. Flows of one (class, path) form a
 `FlowGroup` with one virtual clock and one kernel event (`links_fill`). With one class active the update
 re-fills only the groups the change can reach (`LinkNetwork._incremental`); with both, the dirty groups'
@@ -46,7 +46,8 @@ from dualpath.sim.links_fill import (
     set_bottleneck,
 )
 
-# Runs after every ordinary event of the same instant (kernel priorities are small integers).
+# Where the rate update used to sit in the kernel's order: after every ordinary event of the instant
+# (kernel priorities are small integers). `Simulator.at_instant_end` now gives that order without an event.
 RATE_UPDATE_PRIORITY = 1 << 30
 # Two rates closer than this (relative) are the same rate: avoids rescheduling completions for noise.
 _RATE_RTOL = 1e-9
@@ -380,7 +381,7 @@ class LinkNetwork:
                 before[link] = link.rate_high + link.rate_low >= link.capacity_bytes_per_s * _SAT_TOL
         if not self._update_pending:
             self._update_pending = True
-            self.sim.schedule(0.0, self._update_rates, priority=RATE_UPDATE_PRIORITY)
+            self.sim.at_instant_end(self._update_rates)
 
     def _group_due(self, group: FlowGroup) -> None:
         """The group's smallest finish tag is reached: finish that flow and any with the same tag."""
