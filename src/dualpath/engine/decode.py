@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from dualpath.request import Request
 
@@ -33,8 +34,7 @@ class DecodeEngine:
         return self.hbm_tokens - self.reserved_tokens
 
 
-@dataclass(frozen=True, kw_only=True)
-class DecodeEvent:
+class DecodeEvent(NamedTuple):
     request: Request
     step: int  # absolute step of the (first) event processed; earlier than now when advanced past it
     second_token: bool

@@ -12,13 +12,12 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from typing import NamedTuple
 
 DEFAULT_MAX_INFLIGHT_READS = 2
 
 
-@dataclass(frozen=True, kw_only=True)
-class ReadPart:
+class ReadPart(NamedTuple):
     request_id: int
     node_id: int
     tokens: int  # hit tokens this node reads for the request

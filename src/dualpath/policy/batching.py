@@ -8,7 +8,7 @@ The remainder of a chunked request stays at the queue head.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 # Predicted attention time of ONE layer on one GPU for a list of (cached_tokens, new_tokens).
 # The simulator passes its cost model's `attention_layer_time_s`; the runtime a fitted one.
@@ -19,15 +19,13 @@ AttentionTimeFn = Callable[[Sequence[tuple[int, int]]], float]
 DEFAULT_MAX_BATCH_NEW_TOKENS = 8192
 
 
-@dataclass(frozen=True, kw_only=True)
-class PrefillWork:
+class PrefillWork(NamedTuple):
     request_id: int
     cached_tokens: int
     remaining_tokens: int
 
 
-@dataclass(frozen=True, kw_only=True)
-class BatchItem:
+class BatchItem(NamedTuple):
     request_id: int
     cached_tokens: int
     new_tokens: int  # bsz of §6.4

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from dualpath.request import Request
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, slots=True)
 class DeCandidate:
     """Scheduler-side view of one DE during a fetch; counts change as requests are placed."""
 

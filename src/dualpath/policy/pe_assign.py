@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from dualpath.request import Request
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, slots=True)
 class PeCandidate:
     """Scheduler-side view of one PE during a fetch; `tok` and `read_q_tokens` grow as it assigns."""
 

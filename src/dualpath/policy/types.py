@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from typing import NamedTuple
 
 
 class ReadSide(enum.Enum):
@@ -13,8 +13,7 @@ class ReadSide(enum.Enum):
     DE = "de_read"
 
 
-@dataclass(frozen=True, kw_only=True)
-class EngineLoad:
+class EngineLoad(NamedTuple):
     """What an engine reports at a group fetch (paper §6.1).
 
     `tok` counts prompt tokens of unfinished requests on a PE and `len_r` (prompt + output) of
@@ -30,16 +29,14 @@ class EngineLoad:
     free_hbm_tokens: int = 0
 
 
-@dataclass(frozen=True, kw_only=True)
-class NodeReadState:
+class NodeReadState(NamedTuple):
     """A node's storage read queue as a read-path policy sees it (§6.3)."""
 
     read_q_tokens: int
     read_tokens_per_s: float  # how fast this node's storage path drains its queue
 
 
-@dataclass(frozen=True, kw_only=True)
-class ReadPlan:
+class ReadPlan(NamedTuple):
     """How a request's hit tokens are divided between the two read paths."""
 
     pe_read_tokens: int
