@@ -23,6 +23,8 @@ class RunSpec:
     read_path: str | None = None
     overrides: tuple[str, ...] = field(default_factory=tuple)  # `--set key=value` items
     seed: int = 1
+    # Online sweeps: stop a run once it is clearly past this TTFT SLO (sim/early_stop.py); None: run it all.
+    early_stop_ttft_s: float | None = None
 
     def argv(self) -> list[str]:
         args = [
@@ -54,10 +56,19 @@ class RunSpec:
             args += ["--read-path", self.read_path]
         for item in self.overrides:
             args += ["--set", item]
+        if self.early_stop_ttft_s is not None:  # understood by experiments.online_run, not `simulate`
+            args += ["--early-stop-ttft-s", f"{self.early_stop_ttft_s:g}"]
         return args
 
+    def module(self) -> str:
+        """The module whose `-m` runs `argv()`."""
+        return "dualpath.cli.main" if self.early_stop_ttft_s is None else "dualpath.experiments.online_run"
+
     def key(self) -> str:
-        blob = json.dumps(asdict(self), sort_keys=True).encode()
+        fields = asdict(self)
+        if fields["early_stop_ttft_s"] is None:
+            del fields["early_stop_ttft_s"]  # runs without it keep the keys they were cached under
+        blob = json.dumps(fields, sort_keys=True).encode()
         return hashlib.blake2b(blob, digest_size=8).hexdigest()
 
     def label(self) -> str:

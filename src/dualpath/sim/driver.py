@@ -26,6 +26,7 @@ from dualpath.policy.batching import AttentionTimeFn
 from dualpath.policy.decisions import Assignment, DecisionLog
 from dualpath.sim.agents import Agent, Round
 from dualpath.sim.cost import CostModel, gpu_cost_model
+from dualpath.sim.early_stop import EarlyStop, EarlyStopWatch
 from dualpath.sim.kernel import Simulator
 from dualpath.sim.links import Link, LinkNetwork, TrafficClass
 from dualpath.sim.prefill_timing import layerwise_end_s, whole_kv_end_s
@@ -49,6 +50,8 @@ class SimConfig:
     cost_model: CostModel | None = None
     core_rates: CoreRates | None = None
     attention_time_s: AttentionTimeFn | None = None
+    # Online runs: stop once clearly past the TTFT SLO (sim/early_stop.py); None runs to the end.
+    early_stop: EarlyStop | None = None
 
 
 @dataclass
@@ -141,6 +144,7 @@ class SimOutcome:
     core: ClusterCore
     queue_samples: list[tuple[float, int, float]] = field(default_factory=list)  # (t, waiting, Mtokens)
     attention_ratios: list[float] = field(default_factory=list)  # per PE step: max/mean GPU attention
+    stop_reason: str | None = None  # why the run stopped early (SimConfig.early_stop); None: it did not
 
     def topology_links(self) -> dict[str, Link]:
         return self.topology.links
@@ -197,6 +201,8 @@ class Simulation:
         self._samples: list[tuple[float, int, float]] = []
         self._attention_ratios: list[float] = []
         self._assigned = 0  # log entries already looked at for assignment times
+        self._watch = None if config.early_stop is None else EarlyStopWatch(config.early_stop)
+        self.stop_reason: str | None = None
         self._handlers: dict[type, Callable] = {  # type: ignore[type-arg]
             cmd.StartRead: self._read,
             cmd.StartPrefillStep: self._start_step,
@@ -216,7 +222,7 @@ class Simulation:
             self.sim.schedule(0.0, self._sample, priority=2)
         self.sim.run(until_s=self.config.duration_s)
         return SimOutcome(self.agents, self.times, self.sim.now_s, self.sim.events_processed, self.topo,
-                          self.log, self.core, self._samples, self._attention_ratios)  # fmt: skip
+                          self.log, self.core, self._samples, self._attention_ratios, self.stop_reason)  # fmt: skip
 
     def _sample(self) -> None:
         reading = sum(r.read_q_tokens for r in self.core.readers.values()) / 1e6
@@ -290,6 +296,10 @@ class Simulation:
         t = self.times[c.request.request_id]
         if c.token_index == 1:
             t.first_token_s = self.sim.now_s
+            if self._watch is not None and self.stop_reason is None:
+                self.stop_reason = self._watch.first_token(t.first_token_s - t.arrival_s, t.first_token_s)
+                if self.stop_reason is not None:
+                    self.sim.stop()
         elif c.token_index == 2:
             run = self._decode.get(self.core.node_of_engine(c.request.de_engine or 0))
             back_s = c.steps_before_now * run.step_s if run is not None else 0.0

@@ -107,6 +107,10 @@ def summarise(o: SimOutcome, *, offline: bool, wall_s: float) -> dict[str, Any]:
         "attention_max_over_avg": sum(ratios) / len(ratios) if ratios else None,
         "de_read_fraction": _de_fraction(o),
         "sim_end_s": o.end_s,
+        # An online run stopped once clearly past the TTFT SLO (sim/early_stop.py): the numbers above
+        # cover it up to `sim_end_s` only, and it counts as not within the SLO.
+        "stopped_early": o.stop_reason is not None,
+        "stop_reason": o.stop_reason,
         "sim_wall_s": wall_s,
         "events": o.events,
     }
