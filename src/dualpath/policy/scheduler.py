@@ -114,23 +114,29 @@ class RequestScheduler:
             placed = self._round_robin_de(loads)
         else:
             self._group_tok[node_id] = sum(load.tok for load in loads)
-            for rid, group in route_to_de_groups(list(self._global), self._group_tok):
+            routed = route_to_de_groups(list(self._global), self._group_tok) if self._global else []
+            for rid, group in routed:
                 request = self._global.popleft()
                 assert request.request_id == rid
                 self._group_tok[group] += request.total_tokens
                 self._de_queues[group].append(request)
                 self._de_settled.discard(group)
             queue = self._de_queues[node_id]
-            cands = [
-                DeCandidate(
-                    engine_id=x.engine_id,
-                    node_id=x.node_id,
-                    seq=x.seq,
-                    tok=x.tok,
-                    free_hbm_tokens=x.free_hbm_tokens,
-                )
-                for x in loads
-            ]
+            # An empty private queue places nothing (phase 2 would return []): skip building candidates.
+            cands = (
+                []
+                if not queue
+                else [
+                    DeCandidate(
+                        engine_id=x.engine_id,
+                        node_id=x.node_id,
+                        seq=x.seq,
+                        tok=x.tok,
+                        free_hbm_tokens=x.free_hbm_tokens,
+                    )
+                    for x in loads
+                ]
+            )
             z_factor = self.spec.de_token_threshold_factor
             placed = []
             for _rid, engine in assign_within_de_group(queue, cands, z_factor=z_factor):
