@@ -405,6 +405,8 @@ class LinkNetwork:
                 group.handle = None
 
     def _mark_dirty(self, group: FlowGroup) -> None:
+        if group in self._dirty_groups:
+            return  # already dirty this instant: its links' states before are recorded, the update asked for
         self._dirty_groups[group] = None
         before = self._saturated_before
         for link in group.path:
