@@ -4,9 +4,11 @@
 costs added, each from a calibration measurement (docs/twin.md "What the twin adds"):
 
 - Shared cores: every engine is one Python process computing on one torch thread, and the host has
-  `cpu_count` cores. When more engines compute than there are cores they share them (processor
-  sharing), so a forward or a decode run that starts while k engines compute takes max(1, k / cores)
-  times its calibrated (idle-machine) time. The factor is taken when the work starts.
+  `cpu_count` cores. The engines share them with each other and with the host's other runnable threads
+  (`background_threads`: the scheduler, the load generator, other jobs; counted by
+  `host_load.HostLoadSampler` while the runtime ran). Processor sharing: a forward or a decode run that
+  starts while k engines compute takes max(1, (k + background) / cores) times its calibrated CPU time
+  (calibration times one thread's CPU, i.e. an idle core). The factor is taken when the work starts.
 - Control round trips: a PE forward and every decode step is one message from the scheduler and one
   completion back (`control_round_trip_s`); a forward also pays its embedding + LM head
   (`prefill_head_s`, which the cost model's layer terms do not include).
@@ -52,6 +54,20 @@ class _RuntimeCost:
     def prefill_layer_time_s(self, per_gpu_batches: Sequence[Sequence[Any]], layer: int) -> float:
         return self._base.prefill_layer_time_s(per_gpu_batches, layer) * self._twin.cpu_share(starting=1)
 
+    def prefill_step_s(
+        self, per_gpu_batches: Sequence[Sequence[Any]], layer_index: int
+    ) -> tuple[float, float, list[float]]:
+        """The simulator's one-pass step cost (`CostModel.prefill_step_s`) with the same runtime terms."""
+        forward_s, layer_s, attention = self._base.prefill_step_s(per_gpu_batches, layer_index)
+        o = self._twin.overheads
+        share = self._twin.cpu_share(starting=1)
+        fixed_s = o.prefill_head_s + o.control_round_trip_s
+        return (forward_s + fixed_s) * share, layer_s * share, attention
+
+    def decode_step_max_s(self, shape: Sequence[tuple[int, int]]) -> float:
+        step_s = self._base.decode_step_max_s(shape)
+        return (step_s + self._twin.overheads.control_round_trip_s) * self._twin.cpu_share(starting=0)
+
     def decode_step_time_s(self, batch_size: int, total_context_tokens: int) -> float:
         step_s = self._base.decode_step_time_s(batch_size, total_context_tokens)
         # The run's own DE is already marked busy when its step time is asked for.
@@ -67,10 +83,12 @@ class TwinSimulation(Simulation):
         seed: int,
         overheads: CalibrationOverheads,
         host_cores: float,
+        background_threads: float = 0.0,
     ) -> None:
         self._seed = seed  # read by _arrivals during the base constructor
         super().__init__(config, trajectories, seed=seed)
         self.overheads, self.host_cores = overheads, host_cores
+        self.background_threads = background_threads
         self.cost = _RuntimeCost(self.cost, self)  # type: ignore[assignment]
         self.persist_overhead_bytes: dict[int, float] = {}  # per DE node: fsync time carried as bytes
         self._stall_s: dict[int, float] = {}
@@ -89,7 +107,8 @@ class TwinSimulation(Simulation):
     def cpu_share(self, *, starting: int) -> float:
         prefill = sum(1 for s in self._steps.values() if not s.compute_done)
         decode = sum(1 for r in self._decode.values() if r.busy)
-        return max(1.0, (prefill + decode + starting) / self.host_cores)
+        busy = prefill + decode + starting + self.background_threads
+        return max(1.0, busy / self.host_cores)
 
     def _start_step(self, c: cmd.StartPrefillStep) -> None:
         super()._start_step(c)

@@ -116,12 +116,17 @@ def predict(
     *,
     aps: float | None = None,
     seed: int = 0,
+    background_threads: float = 0.0,
 ) -> tuple[dict[str, Any], SimOutcome]:
-    """Simulate the trace; the result has the runtime summary's keys (`metrics_from_sim`)."""
+    """Simulate the trace; the result has the runtime summary's keys (`metrics_from_sim`).
+
+    `background_threads`: runnable threads on the host beside the engines (`host_load.HostLoadSampler`).
+    """
     from dualpath.twin.physics import TwinSimulation
 
     sim = TwinSimulation(sim_config(spec, cal, mode, aps=aps), trajectories, seed=seed,
-                         overheads=cal.overheads, host_cores=host_cores(cal))  # fmt: skip
+                         overheads=cal.overheads, host_cores=host_cores(cal),
+                         background_threads=background_threads)  # fmt: skip
     outcome = sim.run()
     metrics = metrics_from_sim(outcome, spec)
     names = [name for name, _ in spec.node_ids()]

@@ -17,6 +17,7 @@ from typing import Any
 from dualpath.runtime.bench import BenchOptions, make_plans
 from dualpath.runtime.cluster import RuntimeClusterSpec
 from dualpath.twin.calibrate import Calibration
+from dualpath.twin.host_load import HostLoadSampler, node_pids
 from dualpath.twin.predict import predict, read_path_bytes
 
 COMPARED = ("jct_s", "ttft_mean_s", "ttft_p90_s", "tpot_mean_s", "throughput_tok_s")
@@ -71,8 +72,12 @@ def measure_mode(
         tempfile.TemporaryDirectory(prefix="dualpath-store-") as store,
         ServeProcess(config, mode=mode, store_dir=Path(store), extra_args=extra) as server,
     ):
-        summary, result = run_bench(server.url, options, progress=progress)
-    return measured_metrics(summary, result.rounds)
+        assert server.process is not None
+        with HostLoadSampler(node_pids(server.process.pid)) as host:
+            summary, result = run_bench(server.url, options, progress=progress)
+    measured = measured_metrics(summary, result.rounds)
+    measured["background_threads"] = host.mean()
+    return measured
 
 
 def measured_metrics(summary: dict[str, Any], rounds: Sequence[Any]) -> dict[str, Any]:
@@ -104,11 +109,17 @@ def validate(
     trajectories = trace_rounds(options)
     out: dict[str, ModeResult] = {}
     for mode in modes:
-        progress(f"[{mode}] simulating the trace on the calibrated twin ...")
-        predicted, _ = predict(spec, cal, mode, trajectories, aps=options.aps, seed=options.seed)
         progress(f"[{mode}] replaying {options.agents} agents on a fresh {spec.name} cluster ...")
         measured = measure_mode(mode, options, config=config, settings=settings, progress=bars)
         measured["read_path_bytes"] = read_path_bytes(measured["snic_bytes"], spec)
+        # The host's other runnable threads while the runtime ran: the one input the twin takes from the
+        # run, as a condition of the machine (not a metric); docs/twin.md "Background threads".
+        background = measured.get("background_threads") or 0.0
+        progress(
+            f"[{mode}] simulating the trace on the calibrated twin ({background:.2f} background threads) ..."
+        )
+        predicted, _ = predict(spec, cal, mode, trajectories, aps=options.aps, seed=options.seed,
+                               background_threads=background)  # fmt: skip
         out[mode] = ModeResult(mode=mode, measured=measured, predicted=predicted)
     return out
 
