@@ -73,6 +73,18 @@ def test_engines_share_the_host_cores(cal) -> None:  # type: ignore[no-untyped-d
     assert one > 1.2 * _jct(cal, "oracle", host_cores=64.0, store_write_op_s=0.0)
 
 
+def test_background_threads_share_the_cores_with_the_engines(cal) -> None:  # type: ignore[no-untyped-def]
+    def jct(background: float) -> float:
+        sim = TwinSimulation(sim_config(_spec(), cal, "oracle"), TRACE, seed=0, host_cores=2.0,
+                             overheads=dataclasses.replace(cal.overheads, store_write_op_s=0.0),
+                             background_threads=background)  # fmt: skip
+        return sim.run().end_s
+
+    # One engine computing beside 3 runnable threads on 2 cores gets half a core: about twice as slow.
+    assert jct(3.0) > 1.6 * jct(0.0)
+    assert jct(0.5) >= jct(0.0)
+
+
 def test_oracle_store_writes_stall_the_decode_loop(cal) -> None:  # type: ignore[no-untyped-def]
     slow = TwinSimulation(sim_config(_spec(), cal, "oracle"), TRACE, seed=0,
                           overheads=dataclasses.replace(cal.overheads, store_write_op_s=0.02), host_cores=2.0)  # fmt: skip

@@ -70,16 +70,18 @@ class HostLoadSampler:
     other. The engine thread is the one that has used the most CPU since sampling began.
     """
 
-    def __init__(self, engine_pids: Iterable[int], *, interval_s: float = DEFAULT_INTERVAL_S) -> None:
+    def __init__(
+        self, engine_pids: Iterable[int], *, interval_s: float = DEFAULT_INTERVAL_S, proc: Path = _PROC
+    ) -> None:
         self.engine_pids = tuple(engine_pids)
-        self.interval_s = interval_s
+        self.interval_s, self.proc = interval_s, proc
         self.samples: list[int] = []
         self._start_ticks: dict[int, dict[int, int]] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="host-load", daemon=True)
 
     def _engine_running(self, pid: int) -> bool:
-        threads = thread_states(pid)
+        threads = thread_states(pid, self.proc)
         if not threads:
             return False
         start = self._start_ticks.setdefault(pid, {tid: ticks for tid, (_, ticks) in threads.items()})
@@ -87,7 +89,7 @@ class HostLoadSampler:
         return threads[engine][0] == "R"
 
     def sample(self) -> int | None:
-        total = procs_running()
+        total = procs_running(self.proc)
         if total is None:
             return None
         engines = sum(self._engine_running(pid) for pid in self.engine_pids)
