@@ -53,6 +53,11 @@ def mode_result(summaries: list[dict]) -> dict:
         "snic_read_bytes": {n: mean([s["snic"][n]["rx"] for s in summaries]) for n in nodes},
         "read_sides": summaries[0]["read_sides"],
         "runs_jct_s": [s["jct_s"] for s in summaries],
+        # where a request's time goes: mean seconds from arrival to each server-side milestone
+        "milestones_mean_s": {
+            k: mean([s["milestones_mean_s"].get(k, 0.0) for s in summaries])
+            for k in summaries[0]["milestones_mean_s"]
+        },
     }
 
 

@@ -11,6 +11,7 @@ from typing import Any
 from dualpath.runtime.driver import CLIENT, DriverConfig, RuntimeDriver
 
 KV_BYTES_PER_TOKEN = 4096.0
+DECODE_STEP_S = 0.005
 
 
 def small_config(mode: str = "dualpath", **over: Any) -> DriverConfig:
@@ -45,6 +46,8 @@ class FakeCluster:
     sent: list[tuple[float, str, dict[str, Any]]] = field(default_factory=list)
     _queue: list[tuple[float, int, dict[str, Any]]] = field(default_factory=list)
     _seq: itertools.count[int] = field(default_factory=itertools.count)
+    runs: dict[str, dict[str, Any]] = field(default_factory=dict)  # DE node -> its decode run in flight
+    cuts: int = 0  # runs a `decode_cut` shortened
 
     def at(self, t: float, event: dict[str, Any]) -> None:
         heapq.heappush(self._queue, (t, next(self._seq), event))
@@ -57,6 +60,10 @@ class FakeCluster:
     def run(self, until_s: float = 1e6) -> None:
         while self._queue and self._queue[0][0] <= until_s:
             self.now_s, _, event = heapq.heappop(self._queue)
+            if event["type"] == "decode_done" and self.runs.get(event["node"], {}).get("event") is not event:
+                continue  # a cut replaced this run's end
+            if event["type"] == "decode_done":
+                del self.runs[event["node"]]
             if event["type"] == "@submit":
                 body = {k: v for k, v in event.items() if k != "type"}
                 _, out = self.driver.submit(**body, now_s=self.now_s)
@@ -97,6 +104,21 @@ class FakeCluster:
             elif kind == "persist":
                 event = {"type": "persist_done", "node": dest, "rid": m["rid"], "from_hbm": m["from_hbm"]}
                 self.at(t + m["tokens"] * kv / 4e6, event)
+            elif kind == "release" and "persist_end_tokens" in m:  # oracle: unpaced prompt-block write
+                self.at(t, {"type": "released", "node": dest, "rid": m["rid"]})
             elif kind == "decode_step":
-                tokens = [[rid, 2000 + rid] for rid in m["batch"]]
-                self.at(t + 0.005, {"type": "decode_done", "node": dest, "tokens": tokens})
+                self._run_end(dest, {"start": t, "message": m}, int(m["steps"]))
+            elif kind == "decode_cut":
+                run = self.runs.get(dest)
+                if run is not None and run["message"]["step"] == m["step"]:
+                    done = min(int(run["steps"]), int((t - run["start"]) / DECODE_STEP_S) + 1)
+                    self.cuts += done < run["steps"]
+                    self._run_end(dest, run, done)
+
+    def _run_end(self, node: str, run: dict[str, Any], steps: int) -> None:
+        """The run's decode_done after `steps` steps (a cut calls again with fewer)."""
+        m = run["message"]
+        tokens = [[rid, [2000 + rid] * steps] for rid in m["batch"]]
+        event = {"type": "decode_done", "node": node, "step": m["step"], "steps": steps, "tokens": tokens}
+        self.runs[node] = {**run, "steps": steps, "event": event}
+        self.at(run["start"] + steps * DECODE_STEP_S, event)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from fake_cluster import FakeCluster, small_config
+from fake_cluster import DECODE_STEP_S, FakeCluster, small_config
 
 from dualpath.policy.decisions import Assignment, BatchDecision
 from dualpath.runtime.driver import RuntimeDriver
@@ -59,22 +59,56 @@ def test_step_messages_follow_the_core_batches() -> None:
     assert max(len(s["items"]) for s in steps) > 1  # several requests share one forward
 
 
-def test_decode_runs_one_step_per_message_for_the_core_batch() -> None:
+def test_decode_runs_cover_each_request_once_per_token_and_stop_at_last_tokens() -> None:
     driver = RuntimeDriver(small_config("dualpath"))
     cluster = FakeCluster(driver)
     want = _workload(cluster)
     cluster.run()
     for node in ("d0", "d1"):
-        steps = [m for _, dest, m in cluster.sent if dest == node and m["type"] == "decode_step"]
-        assert [m["step"] for m in steps] == list(range(1, len(steps) + 1))
-        for m in steps:
+        runs = [m for _, dest, m in cluster.sent if dest == node and m["type"] == "decode_step"]
+        assert [m["step"] for m in runs] == list(range(1, len(runs) + 1))
+        for m in runs:
             assert all(want[rid] >= 2 for rid in m["batch"])
+            assert 1 <= m["steps"] <= driver.config.max_decode_run_steps
     per_rid: dict[int, int] = {}
-    for _, _, m in cluster.sent:
-        if m["type"] == "decode_step":
-            for rid in m["batch"]:
-                per_rid[rid] = per_rid.get(rid, 0) + 1
+    lengths = []
+    for _, event in driver.event_log:
+        if event["type"] == "decode_done":
+            lengths.append(event["steps"])
+            for rid, tokens in event["tokens"]:
+                assert len(tokens) == event["steps"]
+                per_rid[rid] = per_rid.get(rid, 0) + event["steps"]
     assert per_rid == {rid: n - 1 for rid, n in want.items() if n >= 2}  # the DE decodes tokens 2..n
+    assert max(lengths) > 1  # one message served several steps
+
+
+def _long_decodes(cluster: FakeCluster) -> None:
+    """Staggered arrivals with long generations: joiners arrive while runs are in flight."""
+    for i in range(8):
+        cluster.submit_at(0.011 * i, [(5 * i + k) % 250 for k in range(40)], 0, 20 + i)
+
+
+def test_runs_of_steps_make_the_decisions_of_one_step_per_message() -> None:
+    """On the virtual clock a run of k steps ends when k single steps would: same decisions and tokens
+    with far fewer decode messages; a finish moves by at most one run (a block that filled mid-run
+    starts its persist at the run's end)."""
+    results = []
+    for cap in (1, 8):
+        driver = RuntimeDriver(small_config("dualpath", max_decode_run_steps=cap))
+        cluster = FakeCluster(driver)
+        _workload(cluster, n=8)
+        _long_decodes(cluster)
+        cluster.run()
+        cuts = cluster.cuts
+        runs = sum(m["type"] == "decode_step" for _, _, m in cluster.sent)
+        finished = {rid: d["times_s"]["finished"] for rid, d in cluster.done.items()}
+        results.append((driver.log.entries, dict(cluster.tokens), finished, runs))
+    (log1, tokens1, done1, runs1), (log8, tokens8, done8, runs8) = results
+    assert log8 == log1 and tokens8 == tokens1
+    assert done8.keys() == done1.keys()
+    assert all(abs(done8[r] - done1[r]) <= 8 * DECODE_STEP_S + 1e-9 for r in done1)
+    assert runs8 < runs1
+    assert cuts > 0  # (of the cap-8 run) joiners cut runs short at a step boundary
 
 
 def test_corrupt_read_shrinks_the_usable_hit_in_the_step() -> None:

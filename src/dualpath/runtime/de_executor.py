@@ -12,8 +12,10 @@ the bytes and computes:
     h2d        landing region ─DE CNIC loopback─► the paged KV cache ("HBM")
     persist    whole blocks [start, end) ─SNIC tx─► storage, from the landing region (prompt blocks) or
                from the cache (decode-time blocks, the D2H)
-    decode_step exactly one continuous-batching step of exactly the batch the core says; tokens back
-    release    the request is done: free its cache pages
+    decode_step a run of `steps` continuous-batching steps of exactly the batch the core says (cut
+               short at a step boundary by `decode_cut`); the run's tokens back in one `decode_done`
+    release    the request is done: free its cache pages (oracle, no decode step: first write the
+               prompt's new blocks, unpaced, and say `released`)
 """
 
 from __future__ import annotations
@@ -65,6 +67,7 @@ class DecodeExecutor:
             self.model.config, num_pages=-(-links.spec.hbm_tokens // bt) + 1, block_tokens=bt
         )
         self.requests: dict[int, _DeRequest] = {}
+        self._cut_run = 0  # id of a run the scheduler asked to end at its next step boundary
         self._lock = threading.Lock()
         self._decode: queue.Queue[Message | None] = queue.Queue()
         self._h2d = ThreadPoolExecutor(1, thread_name_prefix="de-h2d")
@@ -106,6 +109,10 @@ class DecodeExecutor:
                     state.dram_persists += 1
                     state.token_ids = state.token_ids or list(message["token_ids"])
             self._persist.submit(self._do_persist, message)
+        elif kind == "decode_cut":
+            self._cut_run = int(message["step"])  # read by the decode thread between steps
+        elif kind == "release" and "persist_end_tokens" in message:
+            self._persist.submit(self._persist_then_release, message)
         elif kind in ("decode_step", "release"):
             self._decode.put(message)  # in step order: a release never frees pages a step still reads
 
@@ -188,16 +195,26 @@ class DecodeExecutor:
         self.links.emit({"type": "h2d_done", "rid": state.rid})
 
     def _do_persist(self, message: Message) -> None:
+        """Copy the blocks out (landing region, or the cache: the D2H) and hand them to the writer
+        without waiting: the next persist's bytes queue on the SNIC behind these (`PipelinedWriter`)."""
         rid, from_hbm = int(message["rid"]), bool(message["from_hbm"])
         state = self._state(rid)
         if not from_hbm:
             state.landed.wait()
-        self._write_blocks(state, int(message["start_tokens"]), int(message["end_tokens"]), from_hbm=from_hbm)
-        if not from_hbm:
-            with self._lock:
-                state.dram_persists -= 1
-            self._maybe_free_region(state)
-        self.links.emit({"type": "persist_done", "rid": rid, "from_hbm": from_hbm})
+        start, end = int(message["start_tokens"]), int(message["end_tokens"])
+        future = self._write_blocks(state, start, end, from_hbm=from_hbm, wait=False)
+
+        def persisted(_: object = None) -> None:
+            if not from_hbm:
+                with self._lock:
+                    state.dram_persists -= 1
+                self._maybe_free_region(state)
+            self.links.emit({"type": "persist_done", "rid": rid, "from_hbm": from_hbm})
+
+        if future is None:
+            persisted()
+        else:
+            future.add_done_callback(persisted)
 
     def _write_blocks(
         self, state: _DeRequest, start: int, end: int, *, from_hbm: bool, wait: bool = True
@@ -228,6 +245,18 @@ class DecodeExecutor:
             future.result()
         return future
 
+    def _persist_then_release(self, message: Message) -> None:
+        """Oracle, a request with no decode step: its prompt blocks from the landing region (unpaced),
+        then `released` (the scheduler's cue to tell the client), then the usual release."""
+        state = self._state(int(message["rid"]))
+        state.landed.wait()
+        with self._lock:
+            state.token_ids = state.token_ids or list(message["token_ids"])
+        start, end = int(message["persist_start_tokens"]), int(message["persist_end_tokens"])
+        self._write_blocks(state, start, end, from_hbm=False)
+        self.links.emit({"type": "released", "rid": state.rid})
+        self._decode.put(message)
+
     def _maybe_free_region(self, state: _DeRequest) -> None:
         with self._lock:
             region = state.region
@@ -245,6 +274,8 @@ class DecodeExecutor:
                 self._step(message)
 
     def _step(self, message: Message) -> None:
+        """One run: the joiners' KV into the cache (oracle), then up to `steps` steps, stopping early
+        at a step boundary when the scheduler cut this run (a joiner waits)."""
         for join in message["join"]:
             state = self._state(int(join["rid"]))
             if message["inline_io"] and not state.in_cache:  # oracle: no H2D command, KV taken at join
@@ -255,16 +286,22 @@ class DecodeExecutor:
                     state.max_tokens, state.generated = int(join["max_tokens"]), 1
                 self._maybe_free_region(state)
         states = [self._state(int(rid)) for rid in message["batch"]]
-        last = [s.token_ids[-1] for s in states]
-        logits = self.model.decode_step_paged(self.cache, [s.rid for s in states], last)
-        next_ids = logits.argmax(dim=-1).tolist()
-        with self._lock:
-            for state, token in zip(states, next_ids, strict=True):
-                state.token_ids.append(int(token))
-        if message["inline_io"]:
-            self._persist_inline(states)
-        tokens = [[s.rid, int(t)] for s, t in zip(states, next_ids, strict=True)]
-        self.links.emit({"type": "decode_done", "tokens": tokens})
+        run, steps = int(message["step"]), int(message.get("steps", 1))
+        out: list[list[int]] = [[] for _ in states]
+        done = 0
+        while done < steps and not (done and self._cut_run == run):
+            last = [s.token_ids[-1] for s in states]
+            logits = self.model.decode_step_paged(self.cache, [s.rid for s in states], last)
+            next_ids = logits.argmax(dim=-1).tolist()
+            with self._lock:
+                for state, token, got in zip(states, next_ids, out, strict=True):
+                    state.token_ids.append(int(token))
+                    got.append(int(token))
+            if message["inline_io"]:
+                self._persist_inline(states)
+            done += 1
+        tokens = [[s.rid, got] for s, got in zip(states, out, strict=True)]
+        self.links.emit({"type": "decode_done", "step": run, "steps": done, "tokens": tokens})
 
     def _persist_inline(self, states: list[_DeRequest]) -> None:
         """Oracle (§7.1: I/O takes no time, no persist commands): every whole block is written (unpaced)

@@ -43,6 +43,11 @@ class DriverConfig:
     snic_bytes_per_s: float
     prefill_tokens_per_s: float  # the slowest PE's measured rate (β, A.4)
     attention_s_per_token_pair: float = 0.0  # §6.4 predictor's quadratic term (measured or fitted)
+    # A DE runs up to this many decode steps per message (a "run"), never past the next batch change
+    # (a last token) and cut short at the next step boundary when a joiner waits. Chosen, not
+    # published: it bounds how late the client sees a token and a filled block's persist starts
+    # (both come at the run's end) to 8 steps, while one control round trip serves 8 steps.
+    max_decode_run_steps: int = 8
 
 
 def linear_attention_predictor(
@@ -108,8 +113,10 @@ class RuntimeDriver:
         self._next_id = 0
         self._poked = False
         self._assigned = 0
-        self._decode_step = {n: 0 for n in self.core.de_nodes}
-        self._decode_busy = {n: False for n in self.core.de_nodes}
+        self._decode_step = {n: 0 for n in self.core.de_nodes}  # id of the node's latest run
+        self._run_steps = {n: 0 for n in self.core.de_nodes}  # steps asked of the run in flight (0: idle)
+        self._cut_sent = {n: False for n in self.core.de_nodes}
+        self._held: dict[int, Message] = {}  # oracle: client `done` waiting for its prompt blocks' write
         self._batch: dict[int, list[Request]] = {n: [] for n in self.core.de_nodes}
         self._handlers: dict[str, Callable[[Message, float], Outgoing]] = {
             "fetch": self._fetch,
@@ -119,6 +126,7 @@ class RuntimeDriver:
             "h2d_done": self._h2d_done,
             "persist_done": self._persist_done,
             "decode_done": self._decode_done,
+            "released": self._released,
         }
 
     # ---- inputs --------------------------------------------------------------------------------
@@ -228,6 +236,7 @@ class RuntimeDriver:
         return self._do(self.core.on_kv_out_done(node, int(event["step_id"]), now_s), now_s)
 
     def _h2d_done(self, event: Message, now_s: float) -> Outgoing:
+        self._live[int(event["rid"])].times["h2d_end"] = now_s
         return self._do(self.core.on_h2d_done(int(event["rid"]), now_s), now_s)
 
     def _persist_done(self, event: Message, now_s: float) -> Outgoing:
@@ -235,14 +244,22 @@ class RuntimeDriver:
         return self._do(self.core.on_persist_done(rid, from_hbm, now_s), now_s)
 
     def _decode_done(self, event: Message, now_s: float) -> Outgoing:
+        """A run ended after `steps` steps (all it was asked, or fewer when cut for a joiner); its
+        tokens per request, in order. The core advances by the steps actually run, as the sim does."""
         node = self.node_id(event["node"])
         out: Outgoing = [
-            (CLIENT, {"type": "tokens", "rid": int(rid), "token_ids": [int(token)]})
-            for rid, token in event.get("tokens", ())
+            (CLIENT, {"type": "tokens", "rid": int(rid), "token_ids": _ids(tokens)})
+            for rid, tokens in event.get("tokens", ())
         ]
-        self._decode_busy[node] = False
-        out += self._do(self.core.advance_decode(node, 1, now_s), now_s)
+        steps = int(event.get("steps", 1))
+        assert 1 <= steps <= max(1, self._run_steps[node]), (steps, self._run_steps[node])
+        self._run_steps[node] = 0
+        commands = self.core.advance_decode(node, steps, now_s)
         running = [r for r in self._batch[node] if r.generated_tokens < r.gen_tokens]
+        for r in self._batch[node]:
+            if r.generated_tokens >= r.gen_tokens:
+                self._live[r.request_id].times["last_token"] = now_s  # its persists may still run
+        out += self._do(commands, now_s)
         if len(running) < len(self._batch[node]):
             self._poked = True  # a last token freed DE HBM
         self._batch[node] = running
@@ -354,14 +371,21 @@ class RuntimeDriver:
         return self._de_name(c.request), message
 
     def _decode_next(self, node: int, now_s: float) -> Outgoing:
-        """At a step boundary: joiners merge (core), and exactly one step of that batch goes out."""
-        if self._decode_busy[node]:
-            return []  # joiners wait for the running step's boundary (DecodeChanged)
+        """At a run's end: joiners merge (core), and the next run of that batch goes out — up to the
+        next last token (`decode_steps_to_next_batch_change`, as the sim runs it), at most
+        `max_decode_run_steps`. A joiner arriving mid-run cuts it at the next step boundary."""
+        if self._run_steps[node]:
+            if not self.core.de_nodes[node].joining or self._cut_sent[node]:
+                return []
+            self._cut_sent[node] = True
+            return [(self.node_name(node), {"type": "decode_cut", "step": self._decode_step[node]})]
         joining = list(self.core.de_nodes[node].joining)
         if not self.core.decode_merge(node):
             return []
         self._batch[node] += joining
-        self._decode_busy[node] = True
+        steps = self.core.decode_steps_to_next_batch_change(node)
+        self._run_steps[node] = max(1, min(self.config.max_decode_run_steps, steps))
+        self._cut_sent[node] = False
         self._decode_step[node] += 1
         joins = []
         for r in joining:
@@ -372,6 +396,7 @@ class RuntimeDriver:
         message = {
             "type": "decode_step",
             "step": self._decode_step[node],
+            "steps": self._run_steps[node],
             "batch": [r.request_id for r in self._batch[node]],
             "join": joins,
             "inline_io": self.core.mode.skip_io,
@@ -390,12 +415,24 @@ class RuntimeDriver:
             "de": request.de_engine,
             "times_s": {k: v - live.times["arrival"] for k, v in sorted(live.times.items())},
         }
-        release = {"type": "release", "rid": request.request_id, "inline_io": self.core.mode.skip_io,
-                   "token_ids": live.token_ids}  # fmt: skip
-        return [
-            (self._de_name(request), release),
-            (CLIENT, {"type": "done", "rid": request.request_id, **info}),
-        ]
+        release: Message = {"type": "release", "rid": request.request_id,
+                            "inline_io": self.core.mode.skip_io}  # fmt: skip
+        done: Message = {"type": "done", "rid": request.request_id, **info}
+        bt = self.config.block_tokens
+        prompt_blocks_end = request.prompt_tokens // bt * bt
+        if self.core.mode.skip_io and request.gen_tokens == 1 and prompt_blocks_end > live.usable_hit_tokens:
+            # Oracle (§7.1: the same system with I/O skipped in time, not less work): with no decode
+            # step its DE never wrote the prompt's new blocks, so it writes them now (unpaced) and the
+            # client hears `done` once they landed, as DualPath's persist_done gates RequestDone.
+            release |= {"token_ids": live.token_ids, "persist_start_tokens": live.usable_hit_tokens,
+                        "persist_end_tokens": prompt_blocks_end}  # fmt: skip
+            self._held[request.request_id] = done
+            return [(self._de_name(request), release)]
+        return [(self._de_name(request), release), (CLIENT, done)]
+
+    def _released(self, event: Message, now_s: float) -> Outgoing:
+        done = self._held.pop(int(event["rid"]), None)
+        return [] if done is None else [(CLIENT, done)]
 
     # ---- inspection --------------------------------------------------------------------------------
     @property
@@ -405,6 +442,11 @@ class RuntimeDriver:
     def phase(self, rid: int) -> Phase | None:
         live = self._live.get(rid)
         return None if live is None else live.request.phase
+
+
+def _ids(tokens: object) -> list[int]:
+    """A run's tokens for one request: a list, or one int (a one-step `decode_done`)."""
+    return [int(t) for t in tokens] if isinstance(tokens, list) else [int(tokens)]  # type: ignore[arg-type]
 
 
 def _read_side(request: Request) -> str:

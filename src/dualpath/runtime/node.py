@@ -39,13 +39,13 @@ from dualpath.runtime.model_host import (
     measure_attention_s_per_token_pair,
     measure_prefill_tokens_per_s,
 )
+from dualpath.runtime.persist import PipelinedWriter
 from dualpath.transfer import (
     EmulatedNic,
     PacedBackend,
     SharedMemoryBackend,
     Snic,
     StorageReader,
-    StorageWriter,
 )
 from dualpath.transfer.types import Notice
 
@@ -119,7 +119,7 @@ class NodeLinks:
         self.cnic = EmulatedNic(f"{self.name}.cnic", cnic_rate)
         self.store = FileStore(options.store_dir, capacity_bytes=_STORE_CAPACITY_BYTES)
         self.reader = StorageReader(self.store, self.snic)
-        self.writer = StorageWriter(self.store, self.snic)
+        self.writer = PipelinedWriter(self.store, self.snic)  # link time overlapped with commits
         self.read_wait = WaitMeter()
         if options.tcp_host is not None:
             from dualpath.transfer import TcpBackend

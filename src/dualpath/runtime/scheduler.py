@@ -33,7 +33,15 @@ from dualpath.runtime.driver import CLIENT, DriverConfig, RuntimeDriver
 from dualpath.runtime.model.tokenizer import ByteTokenizer
 from dualpath.runtime.prom import ServeMetrics
 
-_DRIVER_EVENTS = ("read_done", "step_done", "kv_out_done", "h2d_done", "persist_done", "decode_done")
+_DRIVER_EVENTS = (
+    "read_done",
+    "step_done",
+    "kv_out_done",
+    "h2d_done",
+    "persist_done",
+    "decode_done",
+    "released",
+)
 _FETCH_TICK_S = (
     0.02  # periodic fetch when nothing else woke the loop (paper §6.1: leaders fetch periodically)
 )

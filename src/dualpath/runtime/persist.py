@@ -1,0 +1,88 @@
+"""`PipelinedWriter`: the DE's block persistence through its SNIC, link time overlapped with commits.
+
+NOTE: a block write has two parts: its bytes cross the SNIC (tx, paced at the emulated rate), then the
+store commits it (here `FileStore`: write, fsync, rename, fsync of the folder — ≈8 ms per 64 KiB block
+measured on the 2-core dev VM, against ≈11 ms of link time at 6 MB/s). Done one after the other, as
+`transfer.StorageWriter` does, the link idles during every commit and a DE persists at barely half its
+SNIC rate. A NIC streams the next block while the storage side commits the last (3FS acknowledges each
+write once it is durable), so here one thread paces the blocks FIFO and a small pool commits them:
+
+    pacing thread  ─[block 1 on tx]─[block 2 on tx]─[block 3 on tx]─ ...   (the SNIC stays busy)
+    commit pool                     └[commit 1]────┘└[commit 2]────┘ ...   (write + fsync, off the link)
+
+A job's future completes once every block of it is committed (durable), so "persisted" still means a
+next round's hit can read it. Blocks already present are skipped, as `StorageWriter` does.
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+
+from dualpath.kvcache import KVStore
+from dualpath.transfer import BlockWrite, WriteJob
+from dualpath.transfer.nic import Snic
+
+# Chosen: two commits in flight keep the link busy when one commit (≈8 ms measured, see NOTE) takes
+# less than two blocks' link time; fsync waits on the disk with the GIL released.
+COMMITS_IN_FLIGHT = 2
+
+
+class _Job:
+    """Counts a job's outstanding commits; resolves its future after the last one."""
+
+    def __init__(self, future: Future[int], blocks: int) -> None:
+        self.future = future
+        self._left = blocks
+        self._written = 0
+        self._lock = threading.Lock()
+
+    def committed(self, nbytes: int) -> None:
+        with self._lock:
+            self._written += nbytes
+            self._left -= 1
+            last = self._left == 0
+        if last and not self.future.done():
+            self.future.set_result(self._written)
+
+
+class PipelinedWriter:
+    def __init__(self, store: KVStore, snic: Snic, *, commits_in_flight: int = COMMITS_IN_FLIGHT) -> None:
+        self.store = store
+        self.snic = snic
+        self._pace = ThreadPoolExecutor(1, thread_name_prefix=f"{snic.name}-write")  # FIFO on the link
+        self._commit = ThreadPoolExecutor(commits_in_flight, thread_name_prefix=f"{snic.name}-commit")
+
+    def submit(self, job: WriteJob) -> Future[int]:
+        """Persist the blocks (paced in order); the future gives the bytes written once all are durable."""
+        future: Future[int] = Future()
+        self._pace.submit(self._run, job, future)
+        return future
+
+    def _run(self, job: WriteJob, future: Future[int]) -> None:
+        try:
+            todo = [b for b in job.blocks if not self.store.contains(b.key)]
+            if not todo:
+                future.set_result(0)
+                return
+            state = _Job(future, len(todo))
+            for block in todo:
+                self.snic.tx.transmit(memoryview(block.data).nbytes, job.traffic_class)
+                self._commit.submit(self._put, block, state)
+        except BaseException as error:  # noqa: BLE001 - the caller waits on the future: hand it over
+            if not future.done():
+                future.set_exception(error)
+
+    def _put(self, block: BlockWrite, state: _Job) -> None:
+        try:
+            put = self.store.put_full_block(
+                block.key, block.data, num_layers=block.num_layers, parent=block.parent
+            )
+            state.committed(memoryview(block.data).nbytes if put else 0)
+        except BaseException as error:  # noqa: BLE001
+            if not state.future.done():
+                state.future.set_exception(error)
+
+    def close(self) -> None:
+        self._pace.shutdown(wait=True, cancel_futures=True)
+        self._commit.shutdown(wait=True)
