@@ -63,8 +63,10 @@ def _jct(cal, mode: str, **overheads: float) -> float:  # type: ignore[no-untype
     return sim.run().end_s
 
 
-def test_store_write_cost_per_block_delays_persisted_requests(cal) -> None:  # type: ignore[no-untyped-def]
-    assert _jct(cal, "basic", store_write_op_s=0.05) > _jct(cal, "basic", store_write_op_s=0.0) + 0.1
+def test_store_commit_delays_persisted_requests(cal) -> None:  # type: ignore[no-untyped-def]
+    # PipelinedWriter: the link streams on while blocks commit, so a persist is durable one commit
+    # after its last byte; a round behind a persist waits for that commit at least once.
+    assert _jct(cal, "basic", store_write_op_s=0.05) > _jct(cal, "basic", store_write_op_s=0.0) + 0.04
 
 
 def test_engines_share_the_host_cores(cal) -> None:  # type: ignore[no-untyped-def]

@@ -9,15 +9,15 @@ costs added, each from a calibration measurement (docs/twin.md "What the twin ad
   `host_load.HostLoadSampler` while the runtime ran). Processor sharing: a forward or a decode run that
   starts while k engines compute takes max(1, (k + background) / cores) times its calibrated CPU time
   (calibration times one thread's CPU, i.e. an idle core). The factor is taken when the work starts.
-- Control round trips: a PE forward and every decode step is one message from the scheduler and one
-  completion back (`control_round_trip_s`); a forward also pays its embedding + LM head
-  (`prefill_head_s`, which the cost model's layer terms do not include).
-- Store writes: the runtime's `StorageWriter` paces a block on the SNIC and then puts it in the
-  `FileStore` (temp file, fsync, rename: `store_write_op_s`), one block after the other on one thread.
-  The fixed part holds the writer as bytes would, so it travels as bytes on the persist path
-  (`store_write_op_s` x SNIC rate per block); SNIC byte counters exclude it.
-- Oracle store writes: with I/O skipped, the DE's writer thread stores every block that became whole
-  (runtime/de_executor.py `_persist_inline`); a request's last decode step waits for its writes.
+- Control round trips: a PE forward and every decode run (up to `max_decode_run_steps` steps, one
+  message) is one message from the scheduler and one completion back (`control_round_trip_s`); a
+  forward also pays its embedding + LM head (`prefill_head_s`, which the cost model's layer terms do
+  not include).
+- Store writes: the runtime's `PipelinedWriter` paces blocks on the SNIC back to back while a small
+  pool commits them (`store_write_op_s` each): a persist is done one commit after its last byte.
+- Oracle store writes: with I/O skipped, the DE's writer commits every block that became whole
+  (runtime/de_executor.py `_persist_inline`); a request's last decode step waits for its writes, and a
+  one-token request's `done` waits for its prompt blocks.
 """
 
 from __future__ import annotations
@@ -28,11 +28,16 @@ from typing import Any
 import numpy as np
 
 from dualpath.engine import commands as cmd
+from dualpath.runtime.driver import DriverConfig
 from dualpath.runtime.loadgen import poisson_starts
+from dualpath.runtime.persist import COMMITS_IN_FLIGHT
 from dualpath.sim.agents import Round
 from dualpath.sim.cost import CostModel
 from dualpath.sim.driver import SimConfig, Simulation
 from dualpath.twin.calibrate import CalibrationOverheads
+
+# The runtime driver's default run length (runtime/driver.py DriverConfig.max_decode_run_steps).
+_DEFAULT_DECODE_RUN_STEPS = int(DriverConfig.__dataclass_fields__["max_decode_run_steps"].default)  # type: ignore[arg-type]
 
 
 class _RuntimeCost:
@@ -65,13 +70,13 @@ class _RuntimeCost:
         return (forward_s + fixed_s) * share, layer_s * share, attention
 
     def decode_step_max_s(self, shape: Sequence[tuple[int, int]]) -> float:
-        step_s = self._base.decode_step_max_s(shape)
-        return (step_s + self._twin.overheads.control_round_trip_s) * self._twin.cpu_share(starting=0)
+        # The run's control round trip is added per run (`TwinSimulation._decode_start`).
+        return self._base.decode_step_max_s(shape) * self._twin.cpu_share(starting=0)
 
     def decode_step_time_s(self, batch_size: int, total_context_tokens: int) -> float:
         step_s = self._base.decode_step_time_s(batch_size, total_context_tokens)
         # The run's own DE is already marked busy when its step time is asked for.
-        return (step_s + self._twin.overheads.control_round_trip_s) * self._twin.cpu_share(starting=0)
+        return step_s * self._twin.cpu_share(starting=0)
 
 
 class TwinSimulation(Simulation):
@@ -90,11 +95,11 @@ class TwinSimulation(Simulation):
         self.overheads, self.host_cores = overheads, host_cores
         self.background_threads = background_threads
         self.cost = _RuntimeCost(self.cost, self)  # type: ignore[assignment]
-        self.persist_overhead_bytes: dict[int, float] = {}  # per DE node: fsync time carried as bytes
+        self.max_decode_run_steps = _DEFAULT_DECODE_RUN_STEPS
         self._stall_s: dict[int, float] = {}
         self._stalled: set[int] = set()
         self._written: set[int] = set()  # oracle joiners whose prompt blocks are queued
-        self._writer_free_s: dict[int, float] = {}  # oracle: per DE node, when its writer is idle
+        self._writer_free_s: dict[int, list[float]] = {}  # oracle: per DE node, when each commit slot is free
 
     def _arrivals(self, rng: np.random.Generator) -> None:
         """Agent starts exactly as the runtime's load generator draws them (`runtime.loadgen.poisson_starts`)."""
@@ -126,26 +131,30 @@ class TwinSimulation(Simulation):
                 self._decode_changed(cmd.DecodeChanged(node_id=node))
 
     # ---- store writes ----------------------------------------------------------------------------
-    def _persist(self, c: cmd.StartPersist) -> None:
-        blocks = c.tokens // self.cluster.scheduler.block_tokens
-        extra = blocks * self.overheads.store_write_op_s * self.cluster.hardware.snic_bytes_per_s
-        node = self.core.node_of_engine(c.de_engine)
-        self.persist_overhead_bytes[node] = self.persist_overhead_bytes.get(node, 0.0) + extra
-        item = (c.request.request_id, c.from_hbm, c.de_engine)
-        pipe = self._d2h_pipe(c.de_engine) if c.from_hbm else self._persist_pipe(c.de_engine)
-        pipe.put(c.tokens * self.kv_bytes + extra, item)
-        if not c.from_hbm:
-            self._touched[pipe] = None
+    # runtime/persist.py `PipelinedWriter` (runtime 9637f57): one thread paces the blocks on the SNIC
+    # back to back while a pool of COMMITS_IN_FLIGHT commits them (FileStore: write, fsync, rename,
+    # store_write_op_s each), so the link never waits for a commit and a write is durable one commit
+    # after its last byte crossed. (A commit longer than COMMITS_IN_FLIGHT blocks' link time would back
+    # up the pool; at the calibrated 1-15 ms against ~11 ms per 64 KiB block at 6 MB/s it does not.)
+    def _persisted(self, items: list[tuple[int, bool, int]], size: float) -> None:
+        self.sim.schedule(self.overheads.store_write_op_s, super()._persisted, items, size)
 
     # ---- oracle: the DE writes whole blocks beside its decode loop ----------------------------------
     # runtime/de_executor.py `_persist_inline`: with I/O skipped there are no persist commands; every
     # block that becomes whole (a joiner's prompt blocks beyond its hit at its first step, then one per
-    # block_tokens generated) goes to the DE's one StorageWriter thread (FIFO, store_write_op_s each),
-    # and a request's last decode step waits until its writes have landed.
+    # block_tokens generated) goes to the DE's PipelinedWriter (unpaced link, COMMITS_IN_FLIGHT commits
+    # of store_write_op_s at a time), and a request's last decode step waits until its writes landed.
+    # A request with no decode step (one generated token) has its prompt blocks written at release,
+    # and the client hears `done` only once they landed (runtime/driver.py `_done`, 9637f57).
     def _enqueue_writes(self, node: int, blocks: int) -> float:
-        start_s = max(self._writer_free_s.get(node, 0.0), self.sim.now_s)
-        self._writer_free_s[node] = start_s + blocks * self.overheads.store_write_op_s
-        return self._writer_free_s[node]
+        """Queue `blocks` commits on the DE's commit pool; returns when the last one lands."""
+        free = self._writer_free_s.setdefault(node, [0.0] * COMMITS_IN_FLIGHT)
+        landed_s = self.sim.now_s
+        for _ in range(blocks):
+            slot = min(range(len(free)), key=free.__getitem__)
+            free[slot] = max(free[slot], self.sim.now_s) + self.overheads.store_write_op_s
+            landed_s = max(landed_s, free[slot])
+        return landed_s
 
     def _oracle_joins(self, node: int) -> None:
         bt = self.cluster.scheduler.block_tokens
@@ -158,8 +167,12 @@ class TwinSimulation(Simulation):
         r = c.request
         if self.mode.skip_io and r.de_engine is not None:
             bt = self.cluster.scheduler.block_tokens
-            decode_blocks = max(0, (r.prompt_tokens + r.gen_tokens - 1) // bt - (r.prompt_tokens + 1) // bt)
             node = self.core.node_of_engine(r.de_engine)
+            if r.request_id not in self._written:  # no decode step: prompt blocks at release
+                landed_s = self._enqueue_writes(node, max(0, r.prompt_tokens // bt - r.hit_tokens // bt))
+                self.sim.schedule_at(landed_s, super()._done, c)
+                return
+            decode_blocks = max(0, (r.prompt_tokens + r.gen_tokens - 1) // bt - (r.prompt_tokens + 1) // bt)
             landed_s = self._enqueue_writes(node, decode_blocks)
             # Its last step waits for them; charged before the DE's next run (same DE time; the
             # request's own done is not delayed here).
@@ -178,6 +191,14 @@ class TwinSimulation(Simulation):
             self.sim.schedule(stall, self._decode_resume, node)
             return
         super()._decode_start(node)
+        run = self._decode[node]
+        if run.busy:  # runtime/driver.py `_decode_next` (9637f57): one message per run of <= N steps
+            self.sim.cancel(run.handle)
+            run.steps = max(1, min(run.steps, self.max_decode_run_steps))
+            # The run's message and completion, spread over its steps so a cut at a step boundary
+            # (`_decode_changed`) keeps the same step length.
+            run.step_s += self.overheads.control_round_trip_s * self.cpu_share(starting=0) / run.steps
+            run.handle = self.sim.schedule(run.steps * run.step_s, self._decode_event, node)
 
     def _decode_resume(self, node: int) -> None:
         self._stalled.discard(node)

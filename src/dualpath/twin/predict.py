@@ -129,9 +129,6 @@ def predict(
                          background_threads=background_threads)  # fmt: skip
     outcome = sim.run()
     metrics = metrics_from_sim(outcome, spec)
-    names = [name for name, _ in spec.node_ids()]
-    for node, extra in sim.persist_overhead_bytes.items():  # store fsync time, carried as bytes
-        metrics["snic_bytes"][names[node]]["tx"] -= extra
     if sim.mode.skip_io:
         _oracle_bytes(metrics, outcome, spec, sim)
     return metrics, outcome
