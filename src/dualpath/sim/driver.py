@@ -157,7 +157,9 @@ class Simulation:
         self.sim = Simulator()
         self.net = LinkNetwork(self.sim, high_priority_share=c.hardware.high_priority_share)
         nodes = c.num_prefill_nodes + c.num_decode_nodes
-        self.topo = Topology(self.net, c.hardware, nodes, record=config.record_links)
+        # Links that provably never bind leave the paths (same rates, less work) unless links are recorded.
+        self.topo = Topology(self.net, c.hardware, nodes, record=config.record_links,
+                             drop_unbinding=not config.record_links)  # fmt: skip
         g = c.hardware.gpus_per_node
         self.cost = config.cost_model or gpu_cost_model(
             c.model, c.hardware, decode_ep_size=c.num_decode_nodes * g

@@ -20,6 +20,11 @@ DE node) instead of one per (PE GPU, DE GPU).
     H2D on the DE   d/dram -> d/cnic_read -> d/cnic_write -> d/gpu_down        (4a 8-9, 4b 6-7)
     D2H on the DE   d/gpu_up -> d/cnic_read -> d/cnic_write -> d/dram          (§4.1 persistence)
     persist         d/dram -> d/snic_tx -> storage
+
+`drop_unbinding=True` leaves out of every path the links that provably never bind (docs/simulator-physics.md
+"Links that cannot bind"): a GPU's PCIe link when it is faster than its CNIC, and the storage link when
+all SNICs together are slower than it. The max-min rates are bit-identical; those links then carry no
+bytes, so the driver keeps them (drop off) whenever link records are written (`-o`).
 """
 
 from __future__ import annotations
@@ -28,6 +33,10 @@ from dataclasses import dataclass
 
 from dualpath.config.specs import HardwareSpec
 from dualpath.sim.links import Link, LinkNetwork
+
+# Margin of the "never binds" proofs against float residue (links_fill.SAT_RTOL is 1e-8): the links
+# that dominate must be slower by more than this (relative).
+UNBINDING_MARGIN = 1e-6
 
 
 @dataclass(frozen=True)
@@ -42,7 +51,15 @@ class NodeLinks:
 
 
 class Topology:
-    def __init__(self, net: LinkNetwork, hw: HardwareSpec, num_nodes: int, *, record: bool) -> None:
+    def __init__(
+        self,
+        net: LinkNetwork,
+        hw: HardwareSpec,
+        num_nodes: int,
+        *,
+        record: bool,
+        drop_unbinding: bool = False,
+    ) -> None:
         g = hw.gpus_per_node
         self.g = g
         self.links = net.links
@@ -65,35 +82,66 @@ class Topology:
                 )
             )
 
+        self.dropped: frozenset[Link] = frozenset(unbinding_links(self, hw) if drop_unbinding else ())
+        self._cut: dict[tuple[Link, ...], tuple[Link, ...]] = {}
+
+    def _path(self, path: tuple[Link, ...]) -> tuple[Link, ...]:
+        """`path` less the dropped links (one tuple per distinct path)."""
+        if not self.dropped:
+            return path
+        cut = self._cut.get(path)
+        if cut is None:
+            cut = self._cut[path] = tuple(link for link in path if link not in self.dropped)
+        return cut
+
     def _at(self, engine: int) -> tuple[NodeLinks, int]:
         return self.nodes[engine // self.g], engine % self.g
 
     def read(self, node: int) -> tuple[Link, ...]:
         n = self.nodes[node]
-        return (self.storage, n.snic_rx, n.dram)
+        return self._path((self.storage, n.snic_rx, n.dram))
 
     def load_local(self, pe: int) -> tuple[Link, ...]:
         n, i = self._at(pe)
-        return (n.dram, n.cnic_read[i], n.cnic_write[i], n.gpu_down[i])
+        return self._path((n.dram, n.cnic_read[i], n.cnic_write[i], n.gpu_down[i]))
 
     def load_remote(self, de: int, pe: int) -> tuple[Link, ...]:
         d, _ = self._at(de)
         p, i = self._at(pe)
-        return (d.dram, d.cnic_read[i], p.cnic_write[i], p.gpu_down[i])
+        return self._path((d.dram, d.cnic_read[i], p.cnic_write[i], p.gpu_down[i]))
 
     def kv_out(self, pe: int, de: int) -> tuple[Link, ...]:
         p, i = self._at(pe)
         d, _ = self._at(de)
-        return (p.gpu_up[i], p.cnic_read[i], d.cnic_write[i], d.dram)
+        return self._path((p.gpu_up[i], p.cnic_read[i], d.cnic_write[i], d.dram))
 
     def h2d(self, de: int) -> tuple[Link, ...]:
         d, j = self._at(de)
-        return (d.dram, d.cnic_read[j], d.cnic_write[j], d.gpu_down[j])
+        return self._path((d.dram, d.cnic_read[j], d.cnic_write[j], d.gpu_down[j]))
 
     def d2h(self, de: int) -> tuple[Link, ...]:
         d, j = self._at(de)
-        return (d.gpu_up[j], d.cnic_read[j], d.cnic_write[j], d.dram)
+        return self._path((d.gpu_up[j], d.cnic_read[j], d.cnic_write[j], d.dram))
 
     def persist(self, de: int) -> tuple[Link, ...]:
         d, _ = self._at(de)
-        return (d.dram, d.snic_tx, self.storage)
+        return self._path((d.dram, d.snic_tx, self.storage))
+
+
+def unbinding_links(topo: Topology, hw: HardwareSpec) -> list[Link]:
+    """Links no max-min allocation of these paths ever saturates or freezes at (docs/simulator-physics.md).
+
+    Link B never binds if every path through B also crosses links X whose capacities sum to less than B's
+    and that split B's flows (each flow on B crosses exactly one X): then B's load is below its capacity
+    and, in progressive filling, some X always offers a strictly smaller fair share than B.
+    GPU PCIe links: each crosses its rail CNIC's side (gpu_down -> cnic_write, gpu_up -> cnic_read).
+    Storage: each read or persist crosses one SNIC direction of one node.
+    """
+    out: list[Link] = []
+    if hw.cnic_bytes_per_s < hw.pcie_bytes_per_s * (1.0 - UNBINDING_MARGIN):
+        for n in topo.nodes:
+            out += n.gpu_down + n.gpu_up
+    snics_bytes_per_s = 2 * len(topo.nodes) * hw.snic_bytes_per_s
+    if snics_bytes_per_s < hw.storage_bytes_per_s * (1.0 - UNBINDING_MARGIN):
+        out.append(topo.storage)
+    return out
