@@ -12,9 +12,12 @@ with a theoretical gain of exactly 3x —
 i.e. rate = (hit bytes the trace reads) / (3 x Oracle JCT), both measured by Oracle runs on the same
 machine (CPU speed differs between machines; the ratio is what the experiment is about). The CNIC keeps the
 paper's ratio (node CNICs = 8 x SNIC, §2.3). Oracle's own JCT does not depend on the rates (it skips all I/O
-time), so its runs are also the Oracle row; Basic and DualPath then replay the same trace, each run on a
-fresh cluster with an empty KV store. Every mode runs `--repeat` times and the means are reported (the host
-may be shared with other work; the individual runs are in the JSON). A SNIC's utilisation is its bytes
+time), so its runs are also samples of the Oracle row; Basic and DualPath then replay the same trace, each
+run on a fresh cluster with an empty KV store. Every mode runs `--repeat` times and the means are reported.
+The host may be shared with other work whose load drifts over minutes, and Oracle is pure CPU, so each
+repeat runs Basic, DualPath and Oracle back to back and the Oracle row is the mean of ALL its runs (the
+calibration runs first, then one beside each Basic/DualPath pair): an Oracle measured only at the start
+would be compared with the other modes at another load. The individual runs are in the JSON. A SNIC's utilisation is its bytes
 read over (its rate x the time the node had reads waiting or in flight).
 
     python benchmarks/runtime_paths.py [--json] [--agents N] [--rounds R] [--context-scale F]
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import sys
 import time
@@ -75,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     progress = not args.json
     started = time.monotonic()
+    load_start = os.getloadavg()
     log = print if progress else (lambda *a, **k: None)
 
     # Oracle moves its bytes unpaced, so its JCT does not depend on the link rates: its runs come first and
@@ -91,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     runs |= {"basic": [], "dualpath": []}
     for _ in range(args.repeat):
-        for mode in ("basic", "dualpath"):
+        for mode in ("basic", "dualpath", "oracle"):  # side by side: the same host load for all three
             runs[mode].append(run_mode(mode, options, settings=settings, progress=progress))
             log(f"{mode:9s} JCT {runs[mode][-1]['jct_s']:.2f} s")
     modes = {mode: mode_result(runs[mode]) for mode in ("basic", "dualpath", "oracle")}
@@ -101,6 +106,9 @@ def main(argv: list[str] | None = None) -> int:
             "host": platform.node(),
             "cpu": platform.processor() or platform.machine(),
             "python": sys.version.split()[0],
+            "cpus": os.cpu_count(),
+            "load_average_start": load_start,  # 1/5/15-minute host load: other work shares the cores
+            "load_average_end": os.getloadavg(),
         },
         "cluster": "local-1p2d",
         "trace": {
@@ -110,6 +118,7 @@ def main(argv: list[str] | None = None) -> int:
             "context_scale": args.context_scale,
         },
         "snic_bytes_per_s": snic_rate,
+        "oracle_calibration_jct_s": oracle_jct_s,  # mean of the first `repeat` Oracle runs: sets the rate
         "cnic_bytes_per_s": CNIC_PER_SNIC * snic_rate,
         "modes": modes,
         "basic_over_dualpath": modes["basic"]["jct_s"] / modes["dualpath"]["jct_s"],

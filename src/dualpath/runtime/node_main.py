@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -55,5 +56,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     return run_from_args(parser.parse_args(argv))
 
 
+def _exit_now(code: int) -> None:
+    """Leave without the interpreter's native teardown. `run_node` has already closed everything that
+    matters (writer drained: every write durable; shared memory unlinked; sockets closed, linger 0);
+    what is left took 2.4-2.8 s per node after SIGTERM on the 2-core host (native finalizers, measured
+    with faulthandler: no Python frame), most of a cluster's shutdown time against a 10 s kill limit."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    _exit_now(main())
