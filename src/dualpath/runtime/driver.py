@@ -444,9 +444,9 @@ class RuntimeDriver:
         return None if live is None else live.request.phase
 
 
-def _ids(tokens: object) -> list[int]:
+def _ids(tokens: int | list[int]) -> list[int]:
     """A run's tokens for one request: a list, or one int (a one-step `decode_done`)."""
-    return [int(t) for t in tokens] if isinstance(tokens, list) else [int(tokens)]  # type: ignore[arg-type]
+    return [int(t) for t in tokens] if isinstance(tokens, list) else [int(tokens)]
 
 
 def _read_side(request: Request) -> str:
