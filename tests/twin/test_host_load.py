@@ -38,32 +38,30 @@ def test_thread_states_parse_state_and_cpu_ticks(tmp_path: Path) -> None:
     assert thread_states(99, tmp_path) == {}
 
 
-def test_background_excludes_each_running_engine_thread_and_the_sampler(tmp_path: Path) -> None:
+def test_external_threads_exclude_every_running_thread_of_our_own_process_tree(tmp_path: Path) -> None:
     _host(tmp_path, 6)
-    _task(tmp_path, 10, 10, "R", 100)  # PE main thread: ran the start-up probes, idle since
-    _task(tmp_path, 10, 12, "R", 0)  # PE worker: the engine once it computes
-    _task(tmp_path, 20, 20, "S", 3)  # DE: engine idle
-    sampler = HostLoadSampler([10, 20], proc=tmp_path)
-    # Before any thread used CPU since sampling began, the tie goes to the first thread id.
-    assert sampler.sample() == 6 - 1 - 1
-    # The worker has used the most CPU since then: it is the engine; the running main thread is
-    # background like any other thread.
-    (tmp_path / "10" / "task" / "12" / "stat").write_text(
-        "12 (python3) R " + " ".join(["0"] * 10 + ["50", "0"] + ["0"] * 5)
+    _task(tmp_path, 10, 10, "R", 100)  # validate: the sampler thread, reading
+    _task(tmp_path, 10, 11, "S", 5)  # validate: the load generator, waiting
+    _task(tmp_path, 20, 20, "R", 0)  # its serve child: scheduler running
+    _task(tmp_path, 30, 31, "R", 50)  # a node of serve: its engine computing
+    _task(tmp_path, 40, 40, "R", 9)  # another job on the host
+    (tmp_path / "10" / "task" / "10" / "children").write_text("20")
+    (tmp_path / "20" / "task" / "20" / "children").write_text("30")
+    sampler = HostLoadSampler(10, proc=tmp_path)
+    assert sampler.own_running() == 3
+    assert sampler.sample() == 6 - 3  # the other job and two more runnable tasks outside our tree
+    (tmp_path / "30" / "task" / "31" / "stat").write_text(
+        "31 (python3) S " + " ".join(["0"] * 10 + ["60", "0"] + ["0"] * 5)
     )
-    (tmp_path / "10" / "task" / "10" / "stat").write_text(
-        "10 (python3) R " + " ".join(["0"] * 10 + ["100", "0"] + ["0"] * 5)
-    )
-    assert sampler.sample() == 6 - 1 - 1
-    (tmp_path / "10" / "task" / "12" / "stat").write_text(
-        "12 (python3) S " + " ".join(["0"] * 10 + ["60", "0"] + ["0"] * 5)
-    )
-    assert sampler.sample() == 6 - 0 - 1
+    _host(tmp_path, 5)
+    assert sampler.sample() == 5 - 2
+    _host(tmp_path, 0)  # the sampler is always one of ours, even where /proc shows nothing running
+    assert sampler.sample() == 0
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux /proc")
 def test_sampler_on_this_host_gives_a_mean(tmp_path: Path) -> None:
-    with HostLoadSampler([], interval_s=0.005) as sampler:
+    with HostLoadSampler(interval_s=0.005) as sampler:
         time.sleep(0.1)
     mean = sampler.mean()
     assert mean is not None and mean >= 0.0 and len(sampler.samples) >= 3

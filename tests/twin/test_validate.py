@@ -75,11 +75,11 @@ def test_engines_share_the_host_cores(cal) -> None:  # type: ignore[no-untyped-d
     assert one > 1.2 * _jct(cal, "oracle", host_cores=64.0, store_write_op_s=0.0)
 
 
-def test_background_threads_share_the_cores_with_the_engines(cal) -> None:  # type: ignore[no-untyped-def]
+def test_external_threads_share_the_cores_with_the_engines(cal) -> None:  # type: ignore[no-untyped-def]
     def jct(background: float) -> float:
         sim = TwinSimulation(sim_config(_spec(), cal, "oracle"), TRACE, seed=0, host_cores=2.0,
                              overheads=dataclasses.replace(cal.overheads, store_write_op_s=0.0),
-                             background_threads=background)  # fmt: skip
+                             external_threads=background)  # fmt: skip
         return sim.run().end_s
 
     # One engine computing beside 3 runnable threads on 2 cores gets half a core: about twice as slow.

@@ -54,6 +54,8 @@ Tick = Callable[[str], None]
 # DRAM rate already covers, so PCIe is set far above every other link and never binds.
 CPU_PCIE_BYTES_PER_S = 1e15
 CALIBRATION_FORMAT = 1
+# Prompt lengths for the HTTP legs: the scaled 64K trace's prompts run from tens to ~2K tokens.
+_HTTP_PROMPT_TOKENS = (16, 512, 2048)
 
 
 class CalibrationError(ValueError):
@@ -74,6 +76,16 @@ class CalibrationOverheads:
     store_write_op_s: float  # FileStore: fixed part of one atomic put (temp file, fsync, rename)
     store_write_bytes_per_s: float  # FileStore write rate (reads: hardware.storage_bytes_per_s)
     prefill_head_s: float  # embedding + LM head per PE forward (median over prompt lengths)
+    # Measured since the runtime's own code paths were timed (calibration_http, calibration_forward);
+    # a preset written before has none of them and loads with 0.0 (the twin then leaves them out).
+    http_leg_s: float = 0.0  # POST -> first SSE chunk with a no-op backend (both HTTP legs of a TTFT)
+    http_leg_s_per_prompt_token: float = 0.0  # its growth with the prompt's length
+    http_cpu_s: float = 0.0  # CPU of API server + client for one such request
+    http_cpu_s_per_prompt_token: float = 0.0  # its growth with the prompt's length
+    sse_chunk_cpu_s: float = 0.0  # CPU of server + client per further streamed chunk
+    prefill_python_s: float = 0.0  # PE forward CPU beyond its layers and head, per forward
+    prefill_python_s_per_item: float = 0.0  # the same, per request in the forward
+    control_cpu_s: float = 0.0  # CPU of one control message: encode, ZeroMQ send and receive, decode
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -100,6 +112,8 @@ def measure(
     from dualpath.runtime.model_host import build_model
     from dualpath.twin import calibration_io as io
     from dualpath.twin import calibration_model as cm
+    from dualpath.twin.calibration_forward import measure_forward_python
+    from dualpath.twin.calibration_http import measure_http
 
     grid = cm.QUICK_GRID if quick else cm.FULL_GRID
     previous_threads = torch.get_num_threads()
@@ -111,6 +125,7 @@ def measure(
         decode = cm.measure_decode_step(model, grid, generator, tick, block_tokens=cluster.block_tokens)
         head = cm.measure_forward_head(model, grid, generator, tick)
         weight_read = cm.measure_weight_read_bytes_per_s(model, grid.repeats, tick)
+        forward_python = measure_forward_python(model, grid.repeats, tick)
     finally:
         torch.set_num_threads(previous_threads)
     row_bytes = model.config.kv_bytes_per_token_per_layer
@@ -132,7 +147,8 @@ def measure(
     shm, notice_rtt = io.measure_shm_write(
         (layer_block, full_block, request_layer, 4 * request_layer), repeats, tick
     )
-    control_rtt = io.measure_control_round_trip(repeats, tick)
+    control_rtt, control_cpu = io.measure_control_round_trip(repeats, tick)
+    http = measure_http(_HTTP_PROMPT_TOKENS, 9 if quick else 25, tick)
     memcpy = io.measure_memcpy_bytes_per_s(64 * 2**20, repeats, tick)
     store = io.measure_file_store(
         num_layers=layers,
@@ -170,6 +186,9 @@ def measure(
         "shm_write": shm.to_dict(),
         "notice_round_trip_s": notice_rtt,
         "control_round_trip_s": control_rtt,
+        "control_cpu_s": control_cpu,
+        "http": http,
+        "forward_python": forward_python,
         "store_write": store.write.to_dict(),
         "store_read": store.read.to_dict(),
     }
@@ -218,6 +237,7 @@ def fit_measurements(
         store_write_op_s=fits["store_write"].fixed_s,
         store_write_bytes_per_s=fits["store_write"].rate_per_s,
         prefill_head_s=statistics.median(m["forward_head"]["time_s"]),
+        **_runtime_path_terms(m),
     )
     hardware = _hardware(model, m, coefficients.bf16_flops_per_s, coefficients.linear_flops_per_s,
                          snic=fits["snic"].rate_per_s, cnic=fits["cnic"].rate_per_s,
@@ -232,6 +252,25 @@ def fit_measurements(
         measurements=dict(measurements),
         meta=dict(meta or {}),
     )
+
+
+def _runtime_path_terms(m: Mapping[str, Any]) -> dict[str, float]:
+    """The runtime's own code paths (HTTP legs, PE forward Python, control CPU), where measured."""
+    from dualpath.twin.calibration_forward import forward_python_terms
+    from dualpath.twin.calibration_http import http_terms
+
+    terms: dict[str, float] = {}
+    if "http" in m:
+        t = http_terms(m["http"])
+        terms |= {k: t[k] for k in ("http_leg_s", "http_leg_s_per_prompt_token", "http_cpu_s",
+                                    "http_cpu_s_per_prompt_token")}  # fmt: skip
+        terms["sse_chunk_cpu_s"] = t["sse_chunk_cpu_s"]
+    if "forward_python" in m:
+        terms |= forward_python_terms(m["forward_python"])
+    if "control_cpu_s" in m:
+        # One round trip is two messages, both ends in the measuring process.
+        terms["control_cpu_s"] = float(m["control_cpu_s"]) / 2
+    return terms
 
 
 def _line(d: Mapping[str, Any]) -> LineFit:
@@ -393,6 +432,9 @@ def _cpu_count() -> int:
 
 def num_steps(quick: bool) -> int:
     """Progress-bar total: one tick per measured shape or link."""
+    from dualpath.twin.calibration_forward import ITEM_COUNTS
     from dualpath.twin.calibration_model import FULL_GRID, QUICK_GRID
 
-    return (QUICK_GRID if quick else FULL_GRID).num_points() + 20
+    forward_python = 2 * len(ITEM_COUNTS)  # layerwise and whole-KV forwards
+    http = len(_HTTP_PROMPT_TOKENS) + 1  # + the streamed chunks
+    return (QUICK_GRID if quick else FULL_GRID).num_points() + 20 + forward_python + http

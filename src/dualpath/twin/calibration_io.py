@@ -112,8 +112,12 @@ def measure_shm_write(sizes: Sequence[int], repeats: int, tick: Tick) -> tuple[S
         receiver.close()
 
 
-def measure_control_round_trip(repeats: int, tick: Tick) -> list[float]:
-    """A report over ZeroMQ DEALER → ROUTER and its answer back (the runtime's control plane, TCP loopback)."""
+def measure_control_round_trip(repeats: int, tick: Tick) -> tuple[list[float], float]:
+    """A report over ZeroMQ DEALER → ROUTER and its answer back (the runtime's control plane, TCP loopback).
+
+    Returns the wall time of each round trip and the process CPU per round trip (both ends are here;
+    ZeroMQ's I/O thread included) over all of them.
+    """
     tick("control round trip")
     context = zmq.Context()
     router = context.socket(zmq.ROUTER)
@@ -122,14 +126,17 @@ def measure_control_round_trip(repeats: int, tick: Tick) -> list[float]:
     node = dealer(context, f"tcp://127.0.0.1:{port}", "p0")
     try:
         samples = []
-        for _ in range(repeats * 4 + 1):
+        cpu_start = 0.0
+        for i in range(repeats * 4 + 1):
+            if i == 1:  # after the warm-up round trip
+                cpu_start = time.process_time()
             start = time.perf_counter()
             node.send(encode(_REPORT_MESSAGE))
             identity, frame = router.recv_multipart()
             router.send_multipart([identity, encode({"type": "ack", "seen": decode(frame)["seq"]})])
             decode(node.recv())
             samples.append(time.perf_counter() - start)
-        return samples[1:]
+        return samples[1:], (time.process_time() - cpu_start) / (len(samples) - 1)
     finally:
         node.close(0)
         router.close(0)

@@ -1,16 +1,19 @@
-"""How many threads outside the engine nodes want a core while a runtime cluster runs (Linux /proc).
+"""How many runnable threads of *other* jobs share the host's cores while a runtime cluster runs (Linux /proc).
 
-The twin's shared-cores term (`physics.TwinSimulation.cpu_share`) counts the engines that compute; on a
-shared host the engines also share the cores with every other runnable thread: the scheduler process,
-the load generator, and other jobs. `HostLoadSampler` counts them: every `interval_s` it reads
-`procs_running` from /proc/stat (runnable tasks on the host, this sampler included) and subtracts the
-engine threads that are running and the sampler itself. The mean is the twin's
-`background_threads` (docs/twin.md "Background threads").
+The twin's shared-cores term (`physics.TwinSimulation.cpu_share`) counts the engines that compute and the
+CPU work of our own other processes (the scheduler/API, the load generator, the nodes' I/O threads), both
+predicted from calibrated costs. What it cannot predict is the rest of the machine: other jobs on the
+same cores. `HostLoadSampler` counts exactly those: every `interval_s` it reads `procs_running` from
+/proc/stat (runnable tasks on the host) and subtracts every running thread of our own process tree (the
+process that samples, i.e. `dualpath validate`, and all its descendants: the `serve` child, its node
+processes; the sampler thread included). The mean is the twin's `external_threads`, a condition of the
+machine like its core count (docs/twin.md "Other jobs on the host").
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 from collections.abc import Iterable
 from pathlib import Path
@@ -63,37 +66,41 @@ def node_pids(server_pid: int, proc: Path = _PROC) -> list[int]:
 
 
 class HostLoadSampler:
-    """A daemon thread sampling the background runnable threads; use as a context manager.
+    """A daemon thread sampling the runnable threads outside our own process tree; a context manager.
 
-    An engine is one thread of its node process (the PE's forward worker, the DE's decode loop); the
-    node's other threads (receivers, the store writer, the load/send pools) are background like any
-    other. The engine thread is the one that has used the most CPU since sampling began.
+    `root_pid` (default: this process) and its descendants are ours: the system being predicted. Their
+    threads are never counted, whether they compute or wait; everything else runnable is another job.
     """
 
     def __init__(
-        self, engine_pids: Iterable[int], *, interval_s: float = DEFAULT_INTERVAL_S, proc: Path = _PROC
+        self,
+        root_pid: int | None = None,
+        *,
+        interval_s: float = DEFAULT_INTERVAL_S,
+        proc: Path = _PROC,
+        extra_pids: Iterable[int] = (),
     ) -> None:
-        self.engine_pids = tuple(engine_pids)
+        self.root_pid = os.getpid() if root_pid is None else root_pid
+        self.extra_pids = tuple(extra_pids)
         self.interval_s, self.proc = interval_s, proc
         self.samples: list[int] = []
-        self._start_ticks: dict[int, dict[int, int]] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="host-load", daemon=True)
 
-    def _engine_running(self, pid: int) -> bool:
-        threads = thread_states(pid, self.proc)
-        if not threads:
-            return False
-        start = self._start_ticks.setdefault(pid, {tid: ticks for tid, (_, ticks) in threads.items()})
-        engine = max(threads, key=lambda tid: (threads[tid][1] - start.get(tid, 0), -tid))
-        return threads[engine][0] == "R"
+    def own_running(self) -> int:
+        """Running threads of our own process tree now (the sampler, reading, among them)."""
+        pids = {self.root_pid, *self.extra_pids, *descendants(self.root_pid, self.proc)}
+        return sum(
+            state == "R" for pid in sorted(pids) for state, _ in thread_states(pid, self.proc).values()
+        )
 
     def sample(self) -> int | None:
         total = procs_running(self.proc)
         if total is None:
             return None
-        engines = sum(self._engine_running(pid) for pid in self.engine_pids)
-        return max(0, total - engines - 1)  # - 1: this sampler, running while it reads
+        # The sampler is running while it reads: if /proc shows it as such it is in own_running;
+        # at least it is always one of ours.
+        return max(0, total - max(1, self.own_running()))
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):
@@ -102,7 +109,7 @@ class HostLoadSampler:
                 self.samples.append(value)
 
     def mean(self) -> float | None:
-        """Mean background runnable threads, or None where nothing could be sampled (no /proc)."""
+        """Mean runnable threads of other jobs, or None where nothing could be sampled (no /proc)."""
         return sum(self.samples) / len(self.samples) if self.samples else None
 
     def __enter__(self) -> HostLoadSampler:

@@ -4,15 +4,20 @@
 costs added, each from a calibration measurement (docs/twin.md "What the twin adds"):
 
 - Shared cores: every engine is one Python process computing on one torch thread, and the host has
-  `cpu_count` cores. The engines share them with each other and with the host's other runnable threads
-  (`background_threads`: the scheduler, the load generator, other jobs; counted by
-  `host_load.HostLoadSampler` while the runtime ran). Processor sharing: a forward or a decode run that
-  starts while k engines compute takes max(1, (k + background) / cores) times its calibrated CPU time
-  (calibration times one thread's CPU, i.e. an idle core). The factor is taken when the work starts.
+  `cpu_count` cores. The engines share them with each other, with our own other processes' CPU work
+  (the scheduler's control messages, the API server and load generator per request and per streamed
+  chunk: each is "one more runnable thread" for its calibrated CPU time, predicted here) and with
+  other jobs on the host (`external_threads`, counted by `host_load.HostLoadSampler` outside our process
+  tree). Processor sharing: work that starts while n threads want a core takes max(1, n / cores) times
+  its calibrated CPU time (calibration times one thread's CPU, i.e. an idle core). The factor is taken
+  when the work starts.
+- HTTP legs: a round's POST and its first SSE chunk back (`http_leg_s` + per prompt token, measured on
+  the real API app with a no-op backend) delay the request's arrival at the scheduler; TTFT counts from
+  the client's send.
 - Control round trips: a PE forward and every decode run (up to `max_decode_run_steps` steps, one
   message) is one message from the scheduler and one completion back (`control_round_trip_s`); a
   forward also pays its embedding + LM head (`prefill_head_s`, which the cost model's layer terms do
-  not include).
+  not include) and its Python work beyond the layers (`prefill_python_s` + per item).
 - Store writes: the runtime's `PipelinedWriter` paces blocks on the SNIC back to back while a small
   pool commits them (`store_write_op_s` each): a persist is done one commit after its last byte.
 - Oracle store writes: with I/O skipped, the DE's writer commits every block that became whole
@@ -22,6 +27,7 @@ costs added, each from a calibration measurement (docs/twin.md "What the twin ad
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Sequence
 from typing import Any
 
@@ -50,8 +56,7 @@ class _RuntimeCost:
         return getattr(self._base, name)
 
     def prefill_forward_time_s(self, per_gpu_batches: Sequence[Sequence[Any]]) -> float:
-        o = self._twin.overheads
-        fixed_s = o.prefill_head_s + o.control_round_trip_s
+        fixed_s = self._twin.forward_fixed_s(per_gpu_batches)
         return (self._base.prefill_forward_time_s(per_gpu_batches) + fixed_s) * self._twin.cpu_share(
             starting=1
         )
@@ -64,9 +69,8 @@ class _RuntimeCost:
     ) -> tuple[float, float, list[float]]:
         """The simulator's one-pass step cost (`CostModel.prefill_step_s`) with the same runtime terms."""
         forward_s, layer_s, attention = self._base.prefill_step_s(per_gpu_batches, layer_index)
-        o = self._twin.overheads
         share = self._twin.cpu_share(starting=1)
-        fixed_s = o.prefill_head_s + o.control_round_trip_s
+        fixed_s = self._twin.forward_fixed_s(per_gpu_batches)
         return (forward_s + fixed_s) * share, layer_s * share, attention
 
     def decode_step_max_s(self, shape: Sequence[tuple[int, int]]) -> float:
@@ -88,12 +92,14 @@ class TwinSimulation(Simulation):
         seed: int,
         overheads: CalibrationOverheads,
         host_cores: float,
-        background_threads: float = 0.0,
+        external_threads: float = 0.0,
     ) -> None:
         self._seed = seed  # read by _arrivals during the base constructor
+        self._own_busy_until_s: list[float] = []  # heap: when each piece of our own CPU work ends
+        self._sent_s: dict[int, float] = {}  # agent -> when its client sent the round now in flight
         super().__init__(config, trajectories, seed=seed)
         self.overheads, self.host_cores = overheads, host_cores
-        self.background_threads = background_threads
+        self.external_threads = external_threads
         self.cost = _RuntimeCost(self.cost, self)  # type: ignore[assignment]
         self.max_decode_run_steps = _DEFAULT_DECODE_RUN_STEPS
         self._stall_s: dict[int, float] = {}
@@ -112,10 +118,53 @@ class TwinSimulation(Simulation):
     def cpu_share(self, *, starting: int) -> float:
         prefill = sum(1 for s in self._steps.values() if not s.compute_done)
         decode = sum(1 for r in self._decode.values() if r.busy)
-        busy = prefill + decode + starting + self.background_threads
+        busy = prefill + decode + starting + self.own_running() + self.external_threads
         return max(1.0, busy / self.host_cores)
 
+    def own_running(self) -> int:
+        """Pieces of our own non-engine CPU work (scheduler, API server, client) running now."""
+        now = self.sim.now_s
+        while self._own_busy_until_s and self._own_busy_until_s[0] <= now:
+            heapq.heappop(self._own_busy_until_s)
+        return len(self._own_busy_until_s)
+
+    def _own_cpu(self, cpu_s: float) -> None:
+        """One more runnable thread for `cpu_s` of CPU, stretched by the core share it starts under."""
+        if cpu_s > 0.0:
+            heapq.heappush(self._own_busy_until_s, self.sim.now_s + cpu_s * self.cpu_share(starting=1))
+
+    def forward_fixed_s(self, per_gpu_batches: Sequence[Sequence[Any]]) -> float:
+        """A PE forward's CPU beyond its layers: head, Python work per forward and item, round trip."""
+        o = self.overheads
+        items = sum(len(b) for b in per_gpu_batches)
+        python_s = o.prefill_python_s + o.prefill_python_s_per_item * items
+        return o.prefill_head_s + python_s + o.control_round_trip_s
+
+    # ---- the client's HTTP legs (calibration_http) --------------------------------------------------
+    def _next_round(self, agent: Any) -> None:
+        if agent.next_round >= len(agent.rounds):
+            super()._next_round(agent)  # the agent is done: its JCT ends with its last done
+            return
+        o = self.overheads
+        prompt = agent.context_tokens + agent.rounds[agent.next_round][0]
+        self._sent_s[agent.agent_id] = self.sim.now_s
+        self._own_cpu(o.http_cpu_s + o.http_cpu_s_per_prompt_token * prompt)
+        leg_s = (o.http_leg_s + o.http_leg_s_per_prompt_token * prompt) * self.cpu_share(starting=1)
+        if leg_s > 0.0:
+            self.sim.schedule(leg_s, self._arrive, agent)
+        else:
+            self._arrive(agent)
+
+    def _arrive(self, agent: Any) -> None:
+        request_id = self._next_id
+        super()._next_round(agent)
+        if request_id in self.times:  # TTFT counts from the client's send, as the load generator's
+            self.times[request_id].arrival_s = self._sent_s.pop(agent.agent_id)
+
     def _start_step(self, c: cmd.StartPrefillStep) -> None:
+        # The scheduler's step message and the node's completion; each item's first token streamed.
+        items = sum(len(b) for b in c.batches)
+        self._own_cpu(2 * self.overheads.control_cpu_s + items * self.overheads.sse_chunk_cpu_s)
         super()._start_step(c)
         self._retime_decode()
 
@@ -193,6 +242,9 @@ class TwinSimulation(Simulation):
         super()._decode_start(node)
         run = self._decode[node]
         if run.busy:  # runtime/driver.py `_decode_next` (9637f57): one message per run of <= N steps
+            # The run's message and completion, and one streamed chunk per request of its batch.
+            batch = len(self.core.decode_shape(node))
+            self._own_cpu(2 * self.overheads.control_cpu_s + batch * self.overheads.sse_chunk_cpu_s)
             self.sim.cancel(run.handle)
             run.steps = max(1, min(run.steps, self.max_decode_run_steps))
             # The run's message and completion, spread over its steps so a cut at a step boundary

@@ -116,17 +116,18 @@ def predict(
     *,
     aps: float | None = None,
     seed: int = 0,
-    background_threads: float = 0.0,
+    external_threads: float = 0.0,
 ) -> tuple[dict[str, Any], SimOutcome]:
     """Simulate the trace; the result has the runtime summary's keys (`metrics_from_sim`).
 
-    `background_threads`: runnable threads on the host beside the engines (`host_load.HostLoadSampler`).
+    `external_threads`: other jobs' runnable threads on the host (`host_load.HostLoadSampler`); our own
+    processes' CPU is predicted from the calibration (`physics.TwinSimulation`).
     """
     from dualpath.twin.physics import TwinSimulation
 
     sim = TwinSimulation(sim_config(spec, cal, mode, aps=aps), trajectories, seed=seed,
                          overheads=cal.overheads, host_cores=host_cores(cal),
-                         background_threads=background_threads)  # fmt: skip
+                         external_threads=external_threads)  # fmt: skip
     outcome = sim.run()
     metrics = metrics_from_sim(outcome, spec)
     if sim.mode.skip_io:

@@ -8,6 +8,7 @@ rounds. The comparison is per metric: measured, predicted, error % = (predicted 
 from __future__ import annotations
 
 import math
+import os
 import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ from typing import Any
 from dualpath.runtime.bench import BenchOptions, make_plans
 from dualpath.runtime.cluster import RuntimeClusterSpec
 from dualpath.twin.calibrate import Calibration
-from dualpath.twin.host_load import HostLoadSampler, node_pids
+from dualpath.twin.host_load import HostLoadSampler
 from dualpath.twin.predict import predict, read_path_bytes
 
 COMPARED = ("jct_s", "ttft_mean_s", "ttft_p90_s", "tpot_mean_s", "throughput_tok_s")
@@ -73,10 +74,12 @@ def measure_mode(
         ServeProcess(config, mode=mode, store_dir=Path(store), extra_args=extra) as server,
     ):
         assert server.process is not None
-        with HostLoadSampler(node_pids(server.process.pid)) as host:
+        # Other jobs' runnable threads: everything outside this process and its descendants (the
+        # serve child, its nodes); our own processes are the system the twin predicts.
+        with HostLoadSampler(os.getpid()) as host:
             summary, result = run_bench(server.url, options, progress=progress)
     measured = measured_metrics(summary, result.rounds)
-    measured["background_threads"] = host.mean()
+    measured["external_threads"] = host.mean()
     return measured
 
 
@@ -112,14 +115,14 @@ def validate(
         progress(f"[{mode}] replaying {options.agents} agents on a fresh {spec.name} cluster ...")
         measured = measure_mode(mode, options, config=config, settings=settings, progress=bars)
         measured["read_path_bytes"] = read_path_bytes(measured["snic_bytes"], spec)
-        # The host's other runnable threads while the runtime ran: the one input the twin takes from the
-        # run, as a condition of the machine (not a metric); docs/twin.md "Background threads".
-        background = measured.get("background_threads") or 0.0
+        # Other jobs' runnable threads on the host while the runtime ran: the one input the twin takes
+        # from the run, as a condition of the machine (not a metric); docs/twin.md "Other jobs".
+        external = measured.get("external_threads") or 0.0
         progress(
-            f"[{mode}] simulating the trace on the calibrated twin ({background:.2f} background threads) ..."
+            f"[{mode}] simulating the trace on the calibrated twin ({external:.2f} external threads) ..."
         )
         predicted, _ = predict(spec, cal, mode, trajectories, aps=options.aps, seed=options.seed,
-                               background_threads=background)  # fmt: skip
+                               external_threads=external)  # fmt: skip
         out[mode] = ModeResult(mode=mode, measured=measured, predicted=predicted)
     return out
 
