@@ -101,3 +101,26 @@ def test_pe_python_work_lengthens_each_forward(cal) -> None:  # type: ignore[no-
     base = _run(cal)
     slow = _run(cal, prefill_python_s=0.02, prefill_python_s_per_item=0.01)
     assert slow["ttft_mean_s"] > base["ttft_mean_s"] + 0.03 - 1e-9
+
+
+def test_oracle_pe_still_reads_its_hits_and_loads_them_over_its_cnic(cal) -> None:  # type: ignore[no-untyped-def]
+    spec = _spec()
+    sim = TwinSimulation(
+        sim_config(spec, cal, "oracle"), TRACE, seed=0, host_cores=2.0, overheads=cal.overheads
+    )
+    layers = sim.cluster.model.num_layers
+    load_s = 1024 * sim.kv_bytes / layers / sim.cluster.hardware.cnic_bytes_per_s
+    extra = sim.oracle_pe_io_s([[(1024, 16)]], compute_s=0.0)
+    assert extra >= layers * load_s  # nothing to overlap with: every layer's load is on the path
+    assert sim.oracle_pe_io_s([[(0, 16)]], compute_s=0.01) == 0.0  # no cached rows, nothing moved
+    # Loads one layer ahead hide behind a long compute: only the first layer's load and the read remain.
+    long_s = 100 * layers * load_s
+    assert sim.oracle_pe_io_s([[(1024, 16)]], compute_s=long_s) == pytest.approx(
+        extra - (layers - 1) * load_s
+    )
+    basic = TwinSimulation(
+        sim_config(spec, cal, "basic"), TRACE, seed=0, host_cores=2.0, overheads=cal.overheads
+    )
+    assert (
+        basic.oracle_pe_io_s([[(1024, 16)]], compute_s=0.0) == 0.0
+    )  # the simulator moves those bytes itself

@@ -57,9 +57,9 @@ class _RuntimeCost:
 
     def prefill_forward_time_s(self, per_gpu_batches: Sequence[Sequence[Any]]) -> float:
         fixed_s = self._twin.forward_fixed_s(per_gpu_batches)
-        return (self._base.prefill_forward_time_s(per_gpu_batches) + fixed_s) * self._twin.cpu_share(
-            starting=1
-        )
+        share = self._twin.cpu_share(starting=1)
+        compute_s = (self._base.prefill_forward_time_s(per_gpu_batches) + fixed_s) * share
+        return compute_s + self._twin.oracle_pe_io_s(per_gpu_batches, compute_s)
 
     def prefill_layer_time_s(self, per_gpu_batches: Sequence[Sequence[Any]], layer: int) -> float:
         return self._base.prefill_layer_time_s(per_gpu_batches, layer) * self._twin.cpu_share(starting=1)
@@ -71,7 +71,8 @@ class _RuntimeCost:
         forward_s, layer_s, attention = self._base.prefill_step_s(per_gpu_batches, layer_index)
         share = self._twin.cpu_share(starting=1)
         fixed_s = self._twin.forward_fixed_s(per_gpu_batches)
-        return (forward_s + fixed_s) * share, layer_s * share, attention
+        compute_s = (forward_s + fixed_s) * share
+        return compute_s + self._twin.oracle_pe_io_s(per_gpu_batches, compute_s), layer_s * share, attention
 
     def decode_step_max_s(self, shape: Sequence[tuple[int, int]]) -> float:
         # The run's control round trip is added per run (`TwinSimulation._decode_start`).
@@ -139,6 +140,32 @@ class TwinSimulation(Simulation):
         items = sum(len(b) for b in per_gpu_batches)
         python_s = o.prefill_python_s + o.prefill_python_s_per_item * items
         return o.prefill_head_s + python_s + o.control_round_trip_s
+
+    def oracle_pe_io_s(self, per_gpu_batches: Sequence[Sequence[Any]], compute_s: float) -> float:
+        """Oracle: what the runtime's PE still moves that the simulator's oracle skips (wall beyond compute).
+
+        runtime/pe_executor.py with `inline_io`: a forward's item with cached rows first reads its hit
+        from the store on the reader (`_resolve` -> `_read`: one `store_read_op_s` per Full Block + bytes at
+        the FileStore read rate), and every layer's cached rows then cross the PE CNIC (`cnic.rx.transmit`,
+        loopback or from the DE) at the calibrated CNIC rate, one layer ahead of compute
+        (`run_pipeline`): wall = l + (L - 1) max(l, c) + c for per-layer load l and compute c. Items of
+        later chunks are counted as first chunks (their rows also cross the PE CNIC; the store read is
+        then an over-count).
+        """
+        if not self.mode.skip_io:
+            return 0.0
+        cached = sum(c for batch in per_gpu_batches for c, _ in batch)
+        if cached <= 0:
+            return 0.0
+        hw, o = self.cluster.hardware, self.overheads
+        layers = self.cluster.model.num_layers
+        bt = self.cluster.scheduler.block_tokens
+        blocks = sum(-(-c // bt) for batch in per_gpu_batches for c, _ in batch if c > 0)
+        read_s = blocks * o.store_read_op_s + cached * self.kv_bytes / hw.storage_bytes_per_s
+        load_s = cached * self.kv_bytes / layers / hw.cnic_bytes_per_s
+        layer_s = compute_s / layers
+        pipelined_s = load_s + (layers - 1) * max(load_s, layer_s) + layer_s
+        return read_s + pipelined_s - compute_s
 
     # ---- the client's HTTP legs (calibration_http) --------------------------------------------------
     def _next_round(self, agent: Any) -> None:
