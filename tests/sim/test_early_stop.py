@@ -79,7 +79,7 @@ def test_reproduce_counts_a_stopped_run_as_missing_the_slo(tmp_path) -> None:  #
     base = dict(model="ds-27b", p=1, d=1, mode="basic", agents=600, aps=2.0, duration_s=300.0,
                 overrides=("hardware.snic_bytes_per_s=25Gbps",))  # fmt: skip
     plain, watched = RunSpec(**base), RunSpec(**base, early_stop_ttft_s=4.0)  # type: ignore[arg-type]
-    assert plain.module() == "dualpath.cli.main" and "--early-stop-ttft-s" not in plain.argv()
+    assert "--early-stop-ttft-s" not in plain.argv() and watched.argv()[-2:] == ["--early-stop-ttft-s", "4"]
     assert watched.key() != plain.key()  # results can differ: a different cache entry
     outcome = _run_one(watched, tmp_path)
     assert outcome.result is not None, outcome.error

@@ -28,6 +28,20 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a cluster field")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument(
+        "--early-stop-ttft-s",
+        type=float,
+        default=None,
+        metavar="S",
+        help="online: stop once the run is clearly past this TTFT SLO (docs/simulator.md); off by default",
+    )
+    p.add_argument(
+        "--early-stop-factor",
+        type=float,
+        default=2.0,
+        metavar="F",
+        help="early stop: the recent mean TTFT must exceed F x the SLO (default 2)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument(
@@ -57,6 +71,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--agents, --p and --d must be >= 1")
     if (args.aps is None) != (args.duration is None) and args.aps is not None and args.aps <= 0:
         raise UserError("--aps must be > 0")
+    early_stop = _early_stop(args, UserError)
     cluster_sets, scales = _split_workload_sets(args.set, UserError)
     try:
         cluster = load_cluster(hardware=args.hardware, model=args.model, num_prefill_nodes=args.p,
@@ -65,7 +80,8 @@ def run(args: argparse.Namespace) -> int:
     except (ConfigError, ValueError, FileNotFoundError) as error:
         raise UserError(str(error)) from None
     config = SimConfig(cluster=cluster, mode=args.mode, read_path=args.read_path, aps=args.aps,
-                       duration_s=args.duration, record_links=args.out is not None)  # fmt: skip
+                       duration_s=args.duration, record_links=args.out is not None,
+                       early_stop=early_stop)  # fmt: skip
     started = time.perf_counter()
     try:
         sim = Simulation(config, trajectories, seed=args.seed)
@@ -83,6 +99,18 @@ def run(args: argparse.Namespace) -> int:
     else:
         _table(summary)
     return 0
+
+
+def _early_stop(args: argparse.Namespace, error: Any) -> Any:
+    """The `SimConfig.early_stop` rule of `--early-stop-ttft-s` / `--early-stop-factor` (None: off)."""
+    from dualpath.sim.early_stop import EarlyStop
+
+    if args.early_stop_ttft_s is None:
+        return None
+    try:
+        return EarlyStop(ttft_slo_s=args.early_stop_ttft_s, factor=args.early_stop_factor)
+    except ValueError as exc:
+        raise error(f"--early-stop-ttft-s must be > 0 and --early-stop-factor >= 1 ({exc})") from None
 
 
 WORKLOAD_SETS = ("append_scale", "gen_scale")  # paper Fig. 9: appends / generations scaled by X

@@ -75,7 +75,7 @@ def _cached(spec: RunSpec, cache_dir: Path) -> RunOutcome | None:
 
 
 def _run_one(spec: RunSpec, cache_dir: Path) -> RunOutcome:
-    command = [sys.executable, "-m", spec.module(), *spec.argv()]
+    command = [sys.executable, "-m", "dualpath.cli.main", *spec.argv()]
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0:
         tail = (done.stderr or done.stdout).strip().splitlines()[-3:]

@@ -56,13 +56,9 @@ class RunSpec:
             args += ["--read-path", self.read_path]
         for item in self.overrides:
             args += ["--set", item]
-        if self.early_stop_ttft_s is not None:  # understood by experiments.online_run, not `simulate`
+        if self.early_stop_ttft_s is not None:
             args += ["--early-stop-ttft-s", f"{self.early_stop_ttft_s:g}"]
         return args
-
-    def module(self) -> str:
-        """The module whose `-m` runs `argv()`."""
-        return "dualpath.cli.main" if self.early_stop_ttft_s is None else "dualpath.experiments.online_run"
 
     def key(self) -> str:
         fields = asdict(self)
