@@ -146,3 +146,20 @@ def test_replay_of_the_event_log_reproduces_messages_and_decisions(mode: str) ->
     assert sent == cluster.sent
     assert replayed.log.entries == driver.log.entries
     assert any(isinstance(e, BatchDecision) for e in replayed.log.entries)
+
+
+def test_oracle_writes_the_prompt_blocks_of_a_request_that_never_decodes() -> None:
+    """§7.1 Oracle = DualPath with I/O time skipped, not less work: a 1-token round's prompt blocks are
+    written by its DE (release carries the range) and the client hears `done` only after `released`."""
+    driver = RuntimeDriver(small_config("oracle"))
+    cluster = FakeCluster(driver)
+    cluster.submit_at(0.0, list(range(70)), 16, 1)  # blocks [16, 64) are new; 6 tokens of a partial block
+    cluster.submit_at(0.0, list(range(100, 150)), 0, 3)  # decodes: its DE writes blocks as they fill
+    cluster.run()
+    releases = {m["rid"]: m for _, _, m in cluster.sent if m["type"] == "release"}
+    assert releases[0]["persist_start_tokens"] == 16 and releases[0]["persist_end_tokens"] == 64
+    assert "persist_end_tokens" not in releases[1]
+    kinds = [(m["type"], m["rid"]) for _, _, m in cluster.sent if m["type"] in ("release", "done")]
+    assert kinds.index(("release", 0)) < kinds.index(("done", 0))  # done only once the write landed
+    assert [e["rid"] for _, e in driver.event_log if e["type"] == "released"] == [0]
+    assert sorted(cluster.done) == [0, 1]
