@@ -5,11 +5,11 @@ are 3 SNICs, and Basic reads every hit through the PE's one SNIC, so on a storag
 be up to 3x faster than Basic and, when 3 SNICs suffice, as fast as Oracle (which skips all I/O time).
 
 The operating point is set, not tuned: the SNIC bandwidth is chosen so that the trace is storage-bound
-with a theoretical gain of exactly 3x —
+with a theoretical gain of exactly 3x, at a design load rho of the storage links —
 
-    storage time on ONE SNIC (Basic)  =  3 x  Oracle's JCT        (so 3 SNICs  =  1 x Oracle's JCT)
+    storage time on ONE SNIC (Basic)  =  3 x rho x Oracle's JCT   (so 3 SNICs  =  rho x Oracle's JCT)
 
-i.e. rate = (hit bytes the trace reads) / (3 x Oracle JCT), both measured by Oracle runs on the same
+i.e. rate = (hit bytes the trace reads) / (3 x rho x Oracle JCT), both measured by Oracle runs on the same
 machine (CPU speed differs between machines; the ratio is what the experiment is about). The CNIC keeps the
 paper's ratio (node CNICs = 8 x SNIC, §2.3). Oracle's own JCT does not depend on the rates (it skips all I/O
 time), so its runs are also samples of the Oracle row; Basic and DualPath then replay the same trace, each
@@ -17,7 +17,13 @@ run on a fresh cluster with an empty KV store. Every mode runs `--repeat` times 
 The host may be shared with other work whose load drifts over minutes, and Oracle is pure CPU, so each
 repeat runs Basic, DualPath and Oracle back to back and the Oracle row is the mean of ALL its runs (the
 calibration runs first, then one beside each Basic/DualPath pair): an Oracle measured only at the start
-would be compared with the other modes at another load. The individual runs are in the JSON. A SNIC's utilisation is its bytes
+would be compared with the other modes at another load.
+
+Why rho = 0.8 by default, not 1: at rho = 1 the three SNICs are exactly as fast as the trace needs and only
+a perfect pipeline with no idle moment on any SNIC could match Oracle (a queue at utilisation 1 never
+drains); no storage tier is provisioned that way. 0.8 is the busy level the benchmark asks of every SNIC
+while requests wait for reads; Basic is then still 3 x 0.8 = 2.4 x over its one SNIC's capacity.
+`--design-load 1` gives the knife-edge point (measured figures for both are in benchmarks/README.md). The individual runs are in the JSON. A SNIC's utilisation is its bytes
 read over (its rate x the time the node had reads waiting or in flight).
 
     python benchmarks/runtime_paths.py [--json] [--agents N] [--rounds R] [--context-scale F]
@@ -36,6 +42,7 @@ from dualpath.runtime.bench import BenchOptions
 from dualpath.runtime.experiment import run_mode, snic_utilisation
 
 STORAGE_GAIN = 3.0  # (P + D) / P SNICs for local-1p2d: the theoretical gain the trace is sized for
+DESIGN_LOAD = 0.8  # rho: DualPath's three SNICs would be 80 % busy over an Oracle-long run (module doc)
 CNIC_PER_SNIC = 8.0  # node CNICs together = 8 x the SNIC (paper §2.3: 8 x 400 Gbps vs 1 x 400 Gbps)
 
 
@@ -72,8 +79,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--context-scale", type=float, default=1 / 32)
     parser.add_argument("--dataset", default="64k")
+    parser.add_argument(
+        "--design-load",
+        type=float,
+        default=DESIGN_LOAD,
+        help="rho, the SNICs' design utilisation (default 0.8)",
+    )
     parser.add_argument("--repeat", type=int, default=2, help="runs per mode; results are means (default 2)")
     args = parser.parse_args(argv)
+    if not 0.0 < args.design_load <= 1.0:
+        parser.error("--design-load must be in (0, 1]")
     options = BenchOptions(
         dataset=args.dataset, agents=args.agents, max_rounds=args.rounds, context_scale=args.context_scale
     )
@@ -89,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     oracle_jct_s = sum(r["jct_s"] for r in runs["oracle"]) / args.repeat
     hit_bytes = sum(d["rx"] for d in runs["oracle"][0]["snic"].values())
-    snic_rate = hit_bytes / (STORAGE_GAIN * oracle_jct_s)
+    snic_rate = hit_bytes / (STORAGE_GAIN * args.design_load * oracle_jct_s)
     settings = [f"snic_bytes_per_s={snic_rate:.0f}", f"cnic_bytes_per_s={CNIC_PER_SNIC * snic_rate:.0f}"]
     log(
         f"oracle JCT {oracle_jct_s:.2f} s, {hit_bytes / 1e6:.1f} MB of hits -> SNIC {snic_rate / 1e6:.2f} MB/s"
@@ -118,6 +133,7 @@ def main(argv: list[str] | None = None) -> int:
             "context_scale": args.context_scale,
         },
         "snic_bytes_per_s": snic_rate,
+        "design_load": args.design_load,
         "oracle_calibration_jct_s": oracle_jct_s,  # mean of the first `repeat` Oracle runs: sets the rate
         "cnic_bytes_per_s": CNIC_PER_SNIC * snic_rate,
         "modes": modes,
