@@ -4,15 +4,22 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# The native build (setup.py, docs/simulator-native.md) compiles modules of these folders: an edit there
+# re-runs the install so that `make test` / `make demo` never run a stale .so.
+NATIVE_SOURCES := setup.py $(wildcard src/dualpath/policy/*.py src/dualpath/engine/*.py src/dualpath/sim/*.py)
 
 .PHONY: demo test lint typecheck check slow clean venv
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(NATIVE_SOURCES)
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	# torch is pinned in pyproject; installing it first lets pip take the CPU build on this machine's disk.
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[dev]'
+	# The build tools first, then build in this venv (--no-build-isolation) so setup.py finds mypyc;
+	# without mypyc or a C compiler it installs pure Python. DUALPATH_PURE_PYTHON=1 make: pure Python.
+	$(BIN)/pip install -q 'setuptools>=68' 'mypy>=1.10'
+	$(BIN)/pip install -q --no-build-isolation -e '.[dev]'
+	$(BIN)/python -c "from dualpath.policy.native import describe; print(describe())"
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -38,4 +45,5 @@ slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build *.egg-info src/*.egg-info
+	find src -name '*.so' -delete

@@ -56,6 +56,7 @@ def run(args: argparse.Namespace) -> int:
     from dualpath.config.coerce import ConfigError
     from dualpath.config.loader import load_cluster, spec_to_dict
     from dualpath.engine.modes import MODES
+    from dualpath.policy.native import compiled_modules
     from dualpath.policy.read_path import READ_PATH_POLICIES
     from dualpath.sim.agents import load_trajectories, scale_rounds
     from dualpath.sim.driver import SimConfig, Simulation
@@ -89,7 +90,9 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(str(error)) from None
     outcome = sim.run(progress=None if args.quiet else _progress_bar(sim))
     summary = summarise(outcome, offline=args.aps is None, wall_s=time.perf_counter() - started)
-    summary.update(mode=args.mode, read_path=args.read_path or MODES[args.mode].read_path)
+    # Which build ran (policy/native.py): the native one and the pure-Python one give the same results.
+    summary.update(mode=args.mode, read_path=args.read_path or MODES[args.mode].read_path,
+                   compiled=bool(compiled_modules()))  # fmt: skip
     if args.out is not None:
         resolved = {"cluster": spec_to_dict(cluster), "args": {k: v for k, v in vars(args).items() if k != "func"},
                     "alpha_tokens": sim.rates.alpha_tokens, "beta_tokens": sim.rates.beta_tokens}  # fmt: skip
@@ -161,4 +164,5 @@ def _table(s: dict[str, Any]) -> None:
         st = s[key]
         print(f"  {key:<13} mean {f(st['mean'])}  p50 {f(st['p50'])}  p90 {f(st['p90'])}  p99 {f(st['p99'])}")
     print(f"  SLO attainment {f(s['slo_attainment'])}   SNIC max/avg {f(s['snic_max_over_avg'])}")
-    print(f"  simulated {f(s['sim_end_s'])} s in {f(s['sim_wall_s'])} s wall, {s['events']} events")
+    build = "native build" if s["compiled"] else "pure Python"
+    print(f"  simulated {f(s['sim_end_s'])} s in {f(s['sim_wall_s'])} s wall ({build}), {s['events']} events")

@@ -1,4 +1,7 @@
 """Discrete-event simulator of a PD-disaggregated cluster (DESIGN §4 "sim").
 
-Kept free of imports so that `import dualpath.sim.kernel` stays cheap.
+Imports only the native-build switch (policy/native.py), so `import dualpath.sim.kernel` stays cheap.
 """
+
+# First: DUALPATH_PURE_PYTHON=1 or an edited .py runs the source, not a stale .so (policy/native.py).
+import dualpath.policy.native  # noqa: F401

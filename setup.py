@@ -1,0 +1,80 @@
+"""Build hook: compile the simulator's hot modules with mypyc where possible (docs/simulator-native.md).
+
+Everything else about the package is in pyproject.toml. The compiled build is optional: without mypyc,
+without a C compiler, with DUALPATH_PURE_PYTHON=1 set, or when compiling fails, the package installs as
+pure Python (the .py sources are the truth either way). One line on stderr says which (`pip -v` shows
+it; `make` prints `dualpath.sim.native.describe()` after installing).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import sys
+import sysconfig
+from pathlib import Path
+from typing import Any
+
+from setuptools import setup
+from setuptools.command.build_ext import build_ext
+
+HERE = Path(__file__).resolve().parent
+
+
+def _native_list() -> tuple[tuple[str, ...], str]:
+    """NATIVE_MODULES and the switch's name, read from the package's own (stdlib-only) file."""
+    spec = importlib.util.spec_from_file_location("_dualpath_native", HERE / "src/dualpath/policy/native.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.NATIVE_MODULES, module.PURE_PYTHON_ENV
+
+
+def _say(line: str) -> None:
+    print(f"dualpath build: {line}", file=sys.stderr)
+
+
+def _pure(names: tuple[str, ...], why: str) -> list[Any]:
+    """No extension modules; an earlier editable build's .so files go too, or they would still load."""
+    for name in names:
+        source = HERE.joinpath("src", *name.split(".")).with_suffix(".py")
+        for old in source.parent.glob(f"{source.stem}.*.so"):
+            old.unlink()
+    for old in HERE.joinpath("src").glob("*__mypyc.*.so"):
+        old.unlink()
+    _say(f"pure Python ({why})")
+    return []
+
+
+def ext_modules() -> list[Any]:
+    names, switch = _native_list()
+    if os.environ.get(switch, "") not in ("", "0"):
+        return _pure(names, f"{switch} is set")
+    try:
+        from mypyc.build import mypycify
+    except ImportError:
+        return _pure(names, "mypyc is not installed")
+    compiler = (sysconfig.get_config_var("CC") or "cc").split()[0]
+    if shutil.which(compiler) is None:
+        return _pure(names, f"no C compiler {compiler!r}")
+    paths = [str(Path("src", *name.split(".")).with_suffix(".py")) for name in names]
+    try:
+        modules: list[Any] = mypycify(paths, opt_level="3")
+    except (Exception, SystemExit) as error:  # a mypyc type error exits: still install, as pure Python
+        return _pure(names, f"mypyc failed: {error}")
+    _say(f"compiling {len(names)} modules with mypyc (dualpath/policy/native.py NATIVE_MODULES)")
+    return modules
+
+
+class OptionalBuildExt(build_ext):
+    """A C compiler that fails leaves a pure-Python install, not a failed one."""
+
+    def run(self) -> None:
+        try:
+            super().run()
+        except Exception as error:
+            _say(f"pure Python (C build failed: {error})")
+
+
+setup(ext_modules=ext_modules(), cmdclass={"build_ext": OptionalBuildExt})
