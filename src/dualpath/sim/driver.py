@@ -27,6 +27,7 @@ from dualpath.policy.decisions import Assignment, DecisionLog
 from dualpath.sim.agents import Agent, Round
 from dualpath.sim.cost import CostModel, gpu_cost_model
 from dualpath.sim.early_stop import EarlyStop, EarlyStopWatch
+from dualpath.sim.gc_tuning import held_back_gc
 from dualpath.sim.kernel import Simulator
 from dualpath.sim.links import Link, LinkNetwork, TrafficClass
 from dualpath.sim.prefill_timing import layerwise_end_s, whole_kv_end_s
@@ -222,7 +223,8 @@ class Simulation:
             self.sim.set_progress(progress, every_events=20_000)
         if self.config.record_links:
             self.sim.schedule(0.0, self._sample, priority=2)
-        self.sim.run(until_s=self.config.duration_s)
+        with held_back_gc():  # speed only (sim/gc_tuning.py)
+            self.sim.run(until_s=self.config.duration_s)
         return SimOutcome(self.agents, self.times, self.sim.now_s, self.sim.events_processed, self.topo,
                           self.log, self.core, self._samples, self._attention_ratios, self.stop_reason)  # fmt: skip
 
