@@ -25,11 +25,16 @@ class Layout:
     model: str
     p: int
     d: int
+    hardware: str = "hopper-8x400g"
 
 
 DS660B = Layout(label="DS 660B", model="deepseek-v3.2", p=2, d=4)
 DS27B = Layout(label="DS 27B", model="ds-27b", p=1, d=1)
-QWEN32B = Layout(label="Qwen 32B", model="qwen2.5-32b", p=1, d=2)
+# Qwen 32B on 141 GB Hopper GPUs (H200), not 80 GB ones: its BF16 weights (≈65.5 GB) leave one 80 GB DE GPU
+# ≈24.7K KV tokens (256 KiB each), less than one 32K/48K/64K trajectory, so no DE could admit a whole
+# agent (sim/driver.py refuses such runs). The paper names only "Hopper" GPUs (§7.1) and runs Qwen 32B
+# DP-only on one GPU per engine, so its GPUs must have held a trajectory; H200 is the Hopper that does.
+QWEN32B = Layout(label="Qwen 32B (H200)", model="qwen2.5-32b", p=1, d=2, hardware="h200")
 DATASETS = ("32k", "48k", "64k")
 
 # SLO of the online experiments (paper §7.4): TTFT ≤ 4 s and TPOT ≤ 50 ms.
@@ -106,14 +111,15 @@ def capacity_aps(results: Results, specs: Sequence[RunSpec]) -> tuple[float | No
 
 
 def _fig7_agents(layout: Layout, quick: bool) -> list[int]:
-    full = {"DS 660B": [512, 1024, 2048], "DS 27B": [256, 512, 1024], "Qwen 32B": [64, 128, 256]}
-    quick_counts = {"DS 660B": [512], "DS 27B": [256], "Qwen 32B": [64]}
+    full = {"DS 660B": [512, 1024, 2048], "DS 27B": [256, 512, 1024], "Qwen 32B (H200)": [64, 128, 256]}
+    # Quick mode keeps the paper's headline point (DS 660B 2P4D, 2,048 agents, §7.3) and one count each.
+    quick_counts = {"DS 660B": [2048], "DS 27B": [256], "Qwen 32B (H200)": [64]}
     return (quick_counts if quick else full)[layout.label]
 
 
 def _fig7_specs(quick: bool) -> list[RunSpec]:
     return [
-        RunSpec(model=lay.model, p=lay.p, d=lay.d, dataset=ds, agents=n, mode=mode)
+        RunSpec(model=lay.model, hardware=lay.hardware, p=lay.p, d=lay.d, dataset=ds, agents=n, mode=mode)
         for lay in (DS660B, DS27B, QWEN32B)
         for ds in DATASETS
         for n in _fig7_agents(lay, quick)
@@ -146,7 +152,15 @@ def _fig7_analyze(results: Results, quick: bool, plot_dir: Path) -> Section:
                 ys = [
                     metric(
                         results.get(
-                            RunSpec(model=lay.model, p=lay.p, d=lay.d, dataset=ds, agents=n, mode=mode).key()
+                            RunSpec(
+                                model=lay.model,
+                                hardware=lay.hardware,
+                                p=lay.p,
+                                d=lay.d,
+                                dataset=ds,
+                                agents=n,
+                                mode=mode,
+                            ).key()
                         ),
                         "jct_s",
                     )
@@ -289,6 +303,7 @@ def _online_spec(layout: Layout, aps: float, mode: str, quick: bool, *, sweep: b
     duration_s = 900.0 if quick else 3600.0
     return RunSpec(
         model=layout.model,
+        hardware=layout.hardware,
         p=layout.p,
         d=layout.d,
         agents=max(1, round(aps * duration_s)),
