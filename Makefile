@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # The native build (setup.py, docs/simulator-native.md) compiles modules of these folders: an edit there
 # re-runs the install so that `make test` / `make demo` never run a stale .so.
-NATIVE_SOURCES := setup.py $(wildcard src/dualpath/policy/*.py src/dualpath/engine/*.py src/dualpath/sim/*.py)
+NATIVE_SOURCES := setup.py src/dualpath/native.py $(wildcard src/dualpath/policy/*.py src/dualpath/engine/*.py src/dualpath/sim/*.py)
 
 .PHONY: demo test lint typecheck check slow clean venv
 
@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml $(NATIVE_SOURCES)
 	# without mypyc or a C compiler it installs pure Python. DUALPATH_PURE_PYTHON=1 make: pure Python.
 	$(BIN)/pip install -q 'setuptools>=68' 'mypy>=1.10'
 	$(BIN)/pip install -q --no-build-isolation -e '.[dev]'
-	$(BIN)/python -c "from dualpath.policy.native import describe; print(describe())"
+	$(BIN)/python -c "from dualpath.native import describe; print(describe())"
 	touch $(STAMP)
 
 venv: $(STAMP)

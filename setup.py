@@ -24,7 +24,7 @@ HERE = Path(__file__).resolve().parent
 
 def _native_list() -> tuple[tuple[str, ...], str]:
     """NATIVE_MODULES and the switch's name, read from the package's own (stdlib-only) file."""
-    spec = importlib.util.spec_from_file_location("_dualpath_native", HERE / "src/dualpath/policy/native.py")
+    spec = importlib.util.spec_from_file_location("_dualpath_native", HERE / "src/dualpath/native.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -63,7 +63,7 @@ def ext_modules() -> list[Any]:
         modules: list[Any] = mypycify(paths, opt_level="3")
     except (Exception, SystemExit) as error:  # a mypyc type error exits: still install, as pure Python
         return _pure(names, f"mypyc failed: {error}")
-    _say(f"compiling {len(names)} modules with mypyc (dualpath/policy/native.py NATIVE_MODULES)")
+    _say(f"compiling {len(names)} modules with mypyc (dualpath/native.py NATIVE_MODULES)")
     return modules
 
 

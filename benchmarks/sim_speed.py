@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from dualpath.config.loader import load_cluster
-from dualpath.policy.native import compiled_modules
+from dualpath.native import compiled_modules
 from dualpath.sim.agents import load_trajectories
 from dualpath.sim.driver import SimConfig, Simulation
 
@@ -43,7 +43,7 @@ def case(p: int, d: int, agents: int, mode: str) -> dict[str, Any]:
         "d": d,
         "agents": agents,
         "mode": mode,
-        "compiled": bool(compiled_modules()),  # native build or pure Python (policy/native.py)
+        "compiled": bool(compiled_modules()),  # native build or pure Python (native.py)
         "requests": len(out.requests),
         "jct_s": max(finished) if len(finished) == len(out.agents) else None,
         "events": out.events,

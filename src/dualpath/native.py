@@ -5,8 +5,9 @@ compiler are present (setup.py); the `.py` files stay the truth and the compiled
 beside them. Python's import prefers an extension module over a source file, so a `.py` edited after
 the build would silently run the old `.so`. Importing this module therefore routes all of them to
 their `.py` when `DUALPATH_PURE_PYTHON=1` is set or when any `.py` is newer than its `.so` (stale; one
-line on stderr says so, and `make` rebuilds). It lives in `policy`, the lowest compiled package, so
-that `policy`, `engine` and `sim` can each import it first, before any compiled module loads.
+line on stderr says so, and `make` rebuilds). The package's `__init__` imports it, so it runs before any
+subpackage can load a compiled module. It is build plumbing, not part of the sans-I/O core: it reads an
+environment variable and file times, and adds an import hook to the interpreter.
 docs/simulator-native.md has the measurements behind the list.
 
 Stdlib only: setup.py reads `NATIVE_MODULES` from this file before the package is installed.
@@ -62,7 +63,7 @@ def pure_python_requested() -> bool:
 
 
 def _source(name: str) -> Path:
-    return Path(__file__).resolve().parents[2].joinpath(*name.split(".")).with_suffix(".py")
+    return Path(__file__).resolve().parents[1].joinpath(*name.split(".")).with_suffix(".py")
 
 
 def _extension(name: str) -> Path | None:

@@ -1,4 +1,4 @@
-"""The optional native build (policy/native.py, setup.py): which build ran, the pure-Python switch,
+"""The optional native build (native.py, setup.py): which build ran, the pure-Python switch,
 stale-build detection, and that both builds give the same results."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from dualpath.policy import native
+from dualpath import native
 
-SRC = Path(native.__file__).resolve().parents[2]
+SRC = Path(native.__file__).resolve().parents[1]
 BUILT = any(native._extension(name) is not None for name in native.NATIVE_MODULES)
 needs_build = pytest.mark.skipif(not BUILT, reason="no native build here (make / pip install -e . builds it)")
 
@@ -38,7 +38,7 @@ def simulate(*, pure: bool) -> dict[str, object]:
 
 
 def test_pure_python_switch_runs_the_source() -> None:
-    done = python(FILES + "; from dualpath.policy.native import describe; print(describe())", pure=True)
+    done = python(FILES + "; from dualpath.native import describe; print(describe())", pure=True)
     links, core, line = done.stdout.splitlines()
     assert links.endswith("links.py") and core.endswith("core.py")
     assert "pure Python" in line

@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     from dualpath.config.coerce import ConfigError
     from dualpath.config.loader import load_cluster, spec_to_dict
     from dualpath.engine.modes import MODES
-    from dualpath.policy.native import compiled_modules
+    from dualpath.native import compiled_modules
     from dualpath.policy.read_path import READ_PATH_POLICIES
     from dualpath.sim.agents import load_trajectories, scale_rounds
     from dualpath.sim.driver import SimConfig, Simulation
@@ -90,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(str(error)) from None
     outcome = sim.run(progress=None if args.quiet else _progress_bar(sim))
     summary = summarise(outcome, offline=args.aps is None, wall_s=time.perf_counter() - started)
-    # Which build ran (policy/native.py): the native one and the pure-Python one give the same results.
+    # Which build ran (native.py): the native one and the pure-Python one give the same results.
     summary.update(mode=args.mode, read_path=args.read_path or MODES[args.mode].read_path,
                    compiled=bool(compiled_modules()))  # fmt: skip
     if args.out is not None:

@@ -1,10 +1,5 @@
 """Sans-I/O engine state machines and the cluster core both drivers run (DESIGN §2, docs/core.md)."""
 
-# isort: off
-# First: DUALPATH_PURE_PYTHON=1 or an edited .py runs the source, not a stale .so (policy/native.py).
-import dualpath.policy.native  # noqa: F401
-
-# isort: on
 from dualpath.engine.commands import (
     Command,
     DecodeChanged,

@@ -4,8 +4,6 @@ No clocks, no randomness, no I/O, no threads (DESIGN §2); the simulator and the
 same code. See docs/core.md.
 """
 
-# First: DUALPATH_PURE_PYTHON=1 or an edited .py runs the source, not a stale .so (native.py).
-from dualpath.policy import native  # noqa: F401
 from dualpath.policy.batching import BatchItem, PrefillWork, pack_by_compute_quota, pack_by_token_budget
 from dualpath.policy.decisions import Assignment, BatchDecision, DecisionLog
 from dualpath.policy.read_path import READ_PATH_POLICIES, ReadPathPolicy, make_read_path_policy

@@ -93,7 +93,7 @@ class Alternating:
 
 
 READ_PATH_POLICIES: dict[str, type[PrefillSide | DecodeSide | ShorterQueue | Split | Alternating]] = {
-    # `cls().name`, not `cls.name`: compiled by mypyc, `name` is an instance attribute (policy/native.py).
+    # `cls().name`, not `cls.name`: compiled by mypyc, `name` is an instance attribute (native.py).
     cls().name: cls
     for cls in (PrefillSide, DecodeSide, ShorterQueue, Split, Alternating)
 }
