@@ -17,7 +17,8 @@ $(STAMP): pyproject.toml $(NATIVE_SOURCES)
 	$(BIN)/pip install -q torch==2.13.0
 	# The build tools first, then build in this venv (--no-build-isolation) so setup.py finds mypyc;
 	# without mypyc or a C compiler it installs pure Python. DUALPATH_PURE_PYTHON=1 make: pure Python.
-	$(BIN)/pip install -q 'setuptools>=68' 'mypy>=1.10'
+	# numpy too: mypyc type-checks the compiled modules, which import it, before pip installs dependencies.
+	$(BIN)/pip install -q 'setuptools>=68' 'mypy>=1.10' 'numpy>=1.26'
 	$(BIN)/pip install -q --no-build-isolation -e '.[dev]'
 	$(BIN)/python -c "from dualpath.native import describe; print(describe())"
 	touch $(STAMP)
