@@ -37,8 +37,6 @@ from dualpath.runtime.node import NodeLinks
 from dualpath.transfer import BlockWrite, WriteJob
 from dualpath.transfer.types import Notice
 
-_ALLOC_RETRY_S = 0.005
-
 
 @dataclass
 class _DeRequest:
@@ -80,19 +78,10 @@ class DecodeExecutor:
         with self._lock:
             return self.requests.setdefault(rid, _DeRequest(rid))
 
-    def _alloc(self, tokens: int) -> Region:
-        while (
-            region := self.links.dram.allocate(
-                num_layers=self.layers, tokens=tokens, bytes_per_token_per_layer=self.links.row_bytes
-            )
-        ) is None:
-            threading.Event().wait(_ALLOC_RETRY_S)
-        return region
-
     def _landing(self, state: _DeRequest, prompt_tokens: int) -> Region:
         with self._lock:
             if state.region is None:
-                state.region = self._alloc(prompt_tokens)
+                state.region = self.links.allocate_region(prompt_tokens)
             return state.region
 
     # ---- messages -----------------------------------------------------------------------------------
@@ -122,7 +111,7 @@ class DecodeExecutor:
         region = self._landing(state, int(message["prompt_tokens"]))
         bt = self.links.block_tokens
         keys = block_keys(list(message["token_ids"]), bt)[start // bt : (start + tokens) // bt]
-        staging = self._alloc(tokens)
+        staging = self.links.allocate_region(tokens)
         result = submit_hit_read(self.links, f"de{rid}", keys, region, staging).result()
         self.links.count_corrupt(len(set(result.corrupt_keys)))
         usable = usable_hit_tokens(result, keys, bt)

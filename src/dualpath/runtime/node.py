@@ -32,7 +32,7 @@ from dualpath.engine.modes import Mode, get_mode
 from dualpath.kvcache import FileStore
 from dualpath.runtime.cluster import RuntimeClusterSpec
 from dualpath.runtime.control import Message, dealer, recv_all, send
-from dualpath.runtime.dram import DramBuffer
+from dualpath.runtime.dram import DramBuffer, Region
 from dualpath.runtime.model.transformer import Transformer
 from dualpath.runtime.model_host import (
     build_model,
@@ -52,6 +52,7 @@ from dualpath.transfer.types import Notice
 # Oracle (paper §7.1): every storage read, H2D/D2H and PD transfer is skipped in time. A limiter 10^6x
 # faster than the emulated links makes their time negligible while the bytes still move (outputs stay exact).
 _UNPACED_BYTES_PER_S = 1e15
+_ALLOC_RETRY_S = 0.005  # poll interval while the DRAM buffer has no contiguous room (allocate_region)
 _REPORT_INTERVAL_S = 0.02  # node leaders fetch every 20 ms: short next to one request's read (~100 ms)
 _SWITCH_INTERVAL_S = 0.0005  # 10x shorter than CPython's default 5 ms
 _STORE_CAPACITY_BYTES = 2**40  # the shared directory is the whole "3FS"; eviction is not modelled (A.4)
@@ -146,6 +147,18 @@ class NodeLinks:
     @property
     def row_bytes(self) -> int:
         return self.model.config.kv_bytes_per_token_per_layer
+
+    def allocate_region(self, tokens: int) -> Region:
+        """A DRAM-buffer region for `tokens` rows of every layer; waits while the buffer says "not now"
+        (the core admitted the bytes, §6.2, but a fragmented free list can still refuse for a moment)."""
+        layers = self.model.config.num_layers
+        while (
+            region := self.dram.allocate(
+                num_layers=layers, tokens=tokens, bytes_per_token_per_layer=self.row_bytes
+            )
+        ) is None:
+            threading.Event().wait(_ALLOC_RETRY_S)
+        return region
 
     def count_corrupt(self, n: int) -> None:
         with self._lock:

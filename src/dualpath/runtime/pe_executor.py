@@ -35,8 +35,6 @@ from dualpath.runtime.node import NodeLinks
 from dualpath.runtime.prefill import run_pipeline
 from dualpath.transfer.types import Notice
 
-_ALLOC_RETRY_S = 0.005  # the core admitted the bytes; a fragmented region list can still say "not now"
-
 
 @dataclass
 class _PeRequest:
@@ -89,22 +87,13 @@ class PrefillExecutor:
         elif message["type"] == "step":
             self._steps.put(message)
 
-    def _alloc(self, tokens: int) -> Region:
-        while (
-            region := self.links.dram.allocate(
-                num_layers=self.layers, tokens=tokens, bytes_per_token_per_layer=self.links.row_bytes
-            )
-        ) is None:
-            threading.Event().wait(_ALLOC_RETRY_S)
-        return region
-
     def _read(self, message: Message, *, report: bool = True) -> None:
         """PE-side read of hit rows [start, start + tokens) (start is 0 on the PE side) into PE DRAM."""
         rid, start, tokens = int(message["rid"]), int(message["start_tokens"]), int(message["tokens"])
         state = self._state(rid)
         bt = self.links.block_tokens
         keys = block_keys(list(message["token_ids"]), bt)[start // bt : (start + tokens) // bt]
-        state.region, staging = self._alloc(start + tokens), self._alloc(tokens)
+        state.region, staging = self.links.allocate_region(start + tokens), self.links.allocate_region(tokens)
         result = submit_hit_read(self.links, f"pe{rid}", keys, state.region, staging).result()
         self.links.count_corrupt(len(set(result.corrupt_keys)))
         usable = usable_hit_tokens(result, keys, bt)
@@ -159,7 +148,7 @@ class PrefillExecutor:
         item = _Item(body=body, state=state, valid=valid, pe_rows=pe_rows, end=cached + new, first=first)
         item.arrived = [threading.Event() for _ in range(self.layers)]
         if valid > pe_rows:
-            item.recv = self._alloc(valid - pe_rows)
+            item.recv = self.links.allocate_region(valid - pe_rows)
         with self._lock:
             self._items[(rid, step)] = item
         # The DE answers with its landing region, then pushes rows [pe_rows, valid) layer by layer.
