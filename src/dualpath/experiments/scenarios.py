@@ -117,9 +117,16 @@ def _fig7_agents(layout: Layout, quick: bool) -> list[int]:
     return (quick_counts if quick else full)[layout.label]
 
 
+def _fig7_spec(lay: Layout, dataset: str, agents: int, mode: str) -> RunSpec:
+    """One offline Fig. 7 run: what `_fig7_specs` asks for and `_fig7_analyze` looks up."""
+    return RunSpec(
+        model=lay.model, hardware=lay.hardware, p=lay.p, d=lay.d, dataset=dataset, agents=agents, mode=mode
+    )
+
+
 def _fig7_specs(quick: bool) -> list[RunSpec]:
     return [
-        RunSpec(model=lay.model, hardware=lay.hardware, p=lay.p, d=lay.d, dataset=ds, agents=n, mode=mode)
+        _fig7_spec(lay, ds, n, mode)
         for lay in (DS660B, DS27B, QWEN32B)
         for ds in DATASETS
         for n in _fig7_agents(lay, quick)
@@ -149,23 +156,7 @@ def _fig7_analyze(results: Results, quick: bool, plot_dir: Path) -> Section:
             agents = _fig7_agents(lay, quick)
             series: dict[str, tuple[list[float], list[float | None]]] = {}
             for mode in ("basic", "dualpath", "oracle"):
-                ys = [
-                    metric(
-                        results.get(
-                            RunSpec(
-                                model=lay.model,
-                                hardware=lay.hardware,
-                                p=lay.p,
-                                d=lay.d,
-                                dataset=ds,
-                                agents=n,
-                                mode=mode,
-                            ).key()
-                        ),
-                        "jct_s",
-                    )
-                    for n in agents
-                ]
+                ys = [metric(results.get(_fig7_spec(lay, ds, n, mode).key()), "jct_s") for n in agents]
                 series[mode] = ([float(n) for n in agents], ys)
             for i, n in enumerate(agents):
                 b, f, o = (series[m][1][i] for m in ("basic", "dualpath", "oracle"))
