@@ -226,3 +226,33 @@ def test_capped_component_includes_links_of_boundary_flows() -> None:
         assert link.bytes_carried(sim.now_s) == pytest.approx(
             (3 if link in (chain[0], chain[7]) else 6) * 0.5 * GB
         )
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_fill_heap_path_makes_the_same_choices_as_the_scan(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import random
+
+    from dualpath.sim import links_fill
+    from dualpath.sim.links import Link
+    from dualpath.sim.links_fill import FlowGroup, fill
+
+    rng = random.Random(seed)
+    links = [
+        Link(f"l{i}", rng.choice([1.0, 2.0, 5.0]) * rng.uniform(0.5, 1.5)) for i in range(rng.randint(40, 90))
+    ]
+    groups: dict[FlowGroup, None] = {}
+    for _ in range(rng.randint(50, 200)):
+        g = FlowGroup(tuple(rng.sample(links, rng.randint(1, 4))), False, 0.0)
+        g.num_flows = rng.randint(1, 5)
+        groups[g] = None
+    residual = {link: link.capacity_bytes_per_s * rng.choice([1.0, 1.0, 0.5, 0.0]) for link in links}
+
+    def run(threshold: int) -> tuple[dict[FlowGroup, float], dict[FlowGroup, Link]]:
+        monkeypatch.setattr(links_fill, "_HEAP_FILL_LINKS", threshold)
+        frozen_at: dict[FlowGroup, Link] = {}
+        return fill(groups, dict(residual), frozen_at), frozen_at
+
+    scan, heap = run(10**9), run(0)
+    assert scan == heap  # the same rates (exactly) and the same bottleneck links

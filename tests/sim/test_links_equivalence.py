@@ -139,21 +139,42 @@ def test_scenarios_exercise_sharing_aborts_and_chains() -> None:
     assert done
 
 
-def closed_loop(network_class: type, *, seed: int, concurrency: int, count: int) -> list[tuple[float, int]]:
+def closed_loop(
+    network_class: type,
+    *,
+    seed: int,
+    concurrency: int,
+    count: int,
+    nodes: int = 2,
+    high_fraction: float = 0.05,
+) -> list[tuple[float, int]]:
     """The benchmark's shape: 2 nodes x 4 GPUs, reads and cross-node copies; each completion starts the
-    next flow. Returns (completion time, flow id) in completion order."""
+    next flow. Returns (completion time, flow id) in completion order. With more nodes, copies go
+    GPU i to GPU i of every other node (the simulator's CNIC paths), as in a cluster of tens of nodes."""
     sim = Simulator()
     net = network_class(sim, high_priority_share=0.99)
     rng = random.Random(seed)
     storage = net.add_link("storage", 60 * GB)
-    snic = [net.add_link(f"n{n}/snic_rx", 50 * GB) for n in range(2)]
-    dram = [net.add_link(f"n{n}/dram", 120 * GB) for n in range(2)]
-    tx = [[net.add_link(f"n{n}/cnic{i}_tx", 50 * GB) for i in range(4)] for n in range(2)]
-    rx = [[net.add_link(f"n{n}/cnic{i}_rx", 50 * GB) for i in range(4)] for n in range(2)]
-    paths = [[storage, snic[n], dram[n]] for n in range(2)]
-    paths += [
-        [dram[n], tx[n][i], rx[1 - n][j], dram[1 - n]] for n in range(2) for i in range(4) for j in range(4)
-    ]
+    snic = [net.add_link(f"n{n}/snic_rx", 50 * GB) for n in range(nodes)]
+    dram = [net.add_link(f"n{n}/dram", 120 * GB) for n in range(nodes)]
+    tx = [[net.add_link(f"n{n}/cnic{i}_tx", 50 * GB) for i in range(4)] for n in range(nodes)]
+    rx = [[net.add_link(f"n{n}/cnic{i}_rx", 50 * GB) for i in range(4)] for n in range(nodes)]
+    paths = [[storage, snic[n], dram[n]] for n in range(nodes)]
+    if nodes == 2:
+        paths += [
+            [dram[n], tx[n][i], rx[1 - n][j], dram[1 - n]]
+            for n in range(2)
+            for i in range(4)
+            for j in range(4)
+        ]
+    else:
+        paths += [
+            [dram[n], tx[n][i], rx[m][i]]
+            for n in range(nodes)
+            for m in range(nodes)
+            if m != n
+            for i in range(4)
+        ]
     log: list[tuple[float, int]] = []
     started = 0
 
@@ -161,7 +182,7 @@ def closed_loop(network_class: type, *, seed: int, concurrency: int, count: int)
         nonlocal started
         if started < count:
             started += 1
-            cls = TrafficClass.HIGH if rng.random() < 0.05 else TrafficClass.LOW
+            cls = TrafficClass.HIGH if rng.random() < high_fraction else TrafficClass.LOW
             net.start_flow(rng.uniform(0.1, 2.0) * GB, rng.choice(paths), cls, done, started)
 
     def done(flow_id: int) -> None:
@@ -178,6 +199,17 @@ def test_closed_loop_cluster_matches_reference() -> None:
     fast = closed_loop(LinkNetwork, seed=7, concurrency=96, count=700)
     ref = closed_loop(ReferenceLinkNetwork, seed=7, concurrency=96, count=700)
     assert len(fast) == len(ref) == 700
+    ref_at = {flow_id: t for t, flow_id in ref}
+    for t, flow_id in fast:
+        assert t == pytest.approx(ref_at[flow_id], rel=1e-6)
+
+
+def test_many_node_cluster_matches_reference() -> None:
+    # 12 nodes: hundreds of groups over ~100 links, so re-fills cross more than 32 links and `fill`
+    # takes its heap path; one class only, the incremental update's case.
+    fast = closed_loop(LinkNetwork, seed=3, concurrency=300, count=1500, nodes=12, high_fraction=0.0)
+    ref = closed_loop(ReferenceLinkNetwork, seed=3, concurrency=300, count=1500, nodes=12, high_fraction=0.0)
+    assert len(fast) == len(ref) == 1500
     ref_at = {flow_id: t for t, flow_id in ref}
     for t, flow_id in fast:
         assert t == pytest.approx(ref_at[flow_id], rel=1e-6)
