@@ -18,14 +18,33 @@ def make_request(rid: int, prompt: int = 1000, hit: int = 896, gen: int = 10) ->
                    gen_tokens=gen, arrival_s=0.0)  # fmt: skip
 
 
-def pe(engine: int, tok: int, read_q: int, node: int = 0) -> PeCandidate:
-    return PeCandidate(engine_id=engine, node_id=node, tok=tok, read_q_tokens=read_q)
+def pe(engine: int, tok: int, read_q: int, node: int = 0, compute_tok: int | None = None) -> PeCandidate:
+    """A PE candidate; its requests are all misses (compute_tok = tok) unless told otherwise."""
+    compute = tok if compute_tok is None else compute_tok
+    return PeCandidate(engine_id=engine, node_id=node, tok=tok, compute_tok=compute, read_q_tokens=read_q)
 
 
 def test_pe_assignment_skips_engines_over_beta() -> None:
     chosen = choose_prefill_engine([pe(0, 101, 0), pe(1, 50, 0)], alpha_tokens=10, beta_tokens=100)
     assert chosen is not None and chosen.engine_id == 1
     assert choose_prefill_engine([pe(0, 101, 0)], alpha_tokens=10, beta_tokens=100) is None
+
+
+def test_beta_bounds_compute_tokens_not_prompt_tokens() -> None:
+    # Engine 0 holds many prompt tokens that are nearly all hits: little GPU work, not overloaded.
+    # Engine 1 holds fewer prompt tokens, all misses, over β: C1 although its tok is smaller.
+    hit_heavy, miss_heavy = pe(0, 10_000, 0, compute_tok=50), pe(1, 200, 0, compute_tok=200)
+    chosen = choose_prefill_engine([hit_heavy, miss_heavy], alpha_tokens=10, beta_tokens=100)
+    assert chosen is not None and chosen.engine_id == 0
+
+
+def test_algorithm1_charges_miss_tokens_against_beta() -> None:
+    # Prompts of 1,000 tokens with 960 hits: tok grows by 1,000, compute_tok by 40 per request.
+    queue = [make_request(i, prompt=1000, hit=960) for i in range(5)]
+    cands = [pe(0, 0, 0)]
+    out = assign_prefill_engines(queue, cands, alpha_tokens=10**9, beta_tokens=100)
+    assert out == [(0, 0), (1, 0), (2, 0)]  # compute_tok 40, 80, 120 > β: C1 after the third
+    assert (cands[0].tok, cands[0].compute_tok) == (3000, 120)
 
 
 def test_c2_preferred_over_c3() -> None:
@@ -137,12 +156,16 @@ def test_scheduler_places_de_then_pe_and_logs_read_side() -> None:
     for i in range(3):
         s.submit(make_request(i))
     de_loads = [
-        EngineLoad(engine_id=e, node_id=1, seq=0, tok=0, read_q_tokens=0, free_hbm_tokens=10**6)
+        EngineLoad(
+            engine_id=e, node_id=1, seq=0, tok=0, compute_tok=0, read_q_tokens=0, free_hbm_tokens=10**6
+        )
         for e in (2, 3)
     ]
     placed = s.fetch_de_group(1, de_loads)
     assert len(placed) == 3 and all(r.de_engine in (2, 3) for r, _ in placed)
-    pe_loads = [EngineLoad(engine_id=e, node_id=0, seq=0, tok=0, read_q_tokens=0) for e in (0, 1)]
+    pe_loads = [
+        EngineLoad(engine_id=e, node_id=0, seq=0, tok=0, compute_tok=0, read_q_tokens=0) for e in (0, 1)
+    ]
     out = s.fetch_pe_group(0, pe_loads)
     assert [a.request_id for a in out] == [0, 1, 2]
     # Equal queues: PE side first; then the PE node's queue is longer, so the DE side reads.

@@ -109,3 +109,19 @@ def test_output_dir_has_records_links_config_and_plots(tmp_path, capsys: pytest.
         "ttft.png",
     ):
         assert (tmp_path / name).stat().st_size > 0
+
+
+def test_offline_burst_of_first_rounds_spreads_over_prefill_nodes() -> None:
+    # All agents start at once and their first rounds have no hits: pure GPU work. β bounds the miss
+    # tokens per engine, so once one PE group is full the next group's leader takes the rest of Q.
+    # (β over prompt tokens, calibrated on hit-heavy rounds, let node 1 take the whole burst.)
+    cluster = load_cluster(hardware="hopper-8x400g", model="deepseek-v3.2", num_prefill_nodes=2,
+                           num_decode_nodes=4, overrides=[])  # fmt: skip
+    trajectories = load_trajectories("64k", 1024, 1)
+    sim = Simulation(SimConfig(cluster=cluster, mode="dualpath", duration_s=0.5), trajectories, seed=1)
+    sim.run()
+    first_rounds = [t for t in sim.times.values() if t.round_index == 0 and t.pe_engine >= 0]
+    per_node = {n: sum(1 for t in first_rounds if t.pe_engine // 8 == n) for n in (0, 1)}
+    assert min(per_node.values()) >= 0.25 * len(first_rounds), per_node
+    for engine in sim.core.pe_nodes[0].engines + sim.core.pe_nodes[1].engines:
+        assert engine.compute_tok <= sim.rates.beta_tokens + max(t.prompt_tokens for t in first_rounds)

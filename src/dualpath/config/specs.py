@@ -108,7 +108,7 @@ class SchedulerSpec:
     """Request-scheduler constants (paper §6, Appendix A.4)."""
 
     alpha_read_s: float = 3.0  # α = tokens readable from storage in this many seconds
-    beta_compute_s: float = 5.0  # β = tokens one GPU prefills in this many seconds
+    beta_compute_s: float = 5.0  # β = miss tokens one GPU computes in this many seconds
     de_token_threshold_factor: float = 1.05  # Z = 1.05 × average tokens (§6.2)
     compute_quota_s: float = 0.300  # per-batch attention-time quota on PEs (§6.4)
     block_tokens: int = 64  # Full Block size in tokens (paper's example, §4.1)

@@ -67,7 +67,7 @@ class CoreConfig:
     pe_hbm_kv_tokens: int  # KV capacity of one PE's HBM (bounds basic's whole-KV batches)
     read_tokens_per_s: float  # one node's storage path (its SNIC), in hit tokens/s
     alpha_tokens: float  # §6.1: tokens the storage path reads in alpha_read_s
-    beta_tokens: float  # §6.1: prompt tokens one PE prefills in beta_compute_s
+    beta_tokens: float  # §6.1: miss tokens one PE computes in beta_compute_s (C1: compute_tok > β)
     read_path: str | None = None  # overrides mode.read_path
     max_inflight_reads: int = DEFAULT_MAX_INFLIGHT_READS
     max_batch_new_tokens: int = DEFAULT_MAX_BATCH_NEW_TOKENS
@@ -148,12 +148,13 @@ class ClusterCore:
                     self.scheduler.note_de_group(
                         node.node_id,
                         read_q_tokens=self.readers[node.node_id].read_q_tokens,
-                        tok=sum(e.reserved_tokens for e in node.engines),
+                        tok=node.reserved_tokens,
                     )
                     continue
                 for request, engine in self.scheduler.fetch_de_group(node.node_id, self._de_loads(node)):
                     e = self.de_engine(engine)
                     e.reserved_tokens += request.total_tokens
+                    node.reserved_tokens += request.total_tokens
                     e.seq += 1
                     progress = round_robin
         # Leaders fetch independently in the paper; rotating who fetches first keeps any one PE
@@ -176,6 +177,7 @@ class ClusterCore:
                 node_id=node.node_id,
                 seq=e.seq,
                 tok=e.reserved_tokens,
+                compute_tok=0,  # a DE computes no prefill
                 read_q_tokens=q,
                 free_hbm_tokens=e.free_hbm_tokens,
             )
@@ -185,7 +187,14 @@ class ClusterCore:
     def _pe_loads(self, node: PrefillNode) -> list[EngineLoad]:
         q = self.readers[node.node_id].read_q_tokens
         return [
-            EngineLoad(engine_id=e.engine_id, node_id=node.node_id, seq=e.seq, tok=e.tok, read_q_tokens=q)
+            EngineLoad(
+                engine_id=e.engine_id,
+                node_id=node.node_id,
+                seq=e.seq,
+                tok=e.tok,
+                compute_tok=e.compute_tok,
+                read_q_tokens=q,
+            )  # fmt: skip
             for e in node.engines
         ]
 
@@ -431,6 +440,7 @@ class ClusterCore:
         assert request.de_engine is not None
         e = self.de_engine(request.de_engine)
         e.reserved_tokens -= request.total_tokens
+        self.de_nodes[e.node_id].reserved_tokens -= request.total_tokens
         e.seq -= 1
         self.scheduler.note_de_freed(e.node_id)
         request.phase = Phase.DONE
@@ -473,6 +483,6 @@ class ClusterCore:
         for node in self.de_nodes.values():
             node.check_invariants()
         for pe in self._pe.values():
-            assert pe.seq >= 0 and pe.tok >= 0 and len(pe.ready) <= pe.seq
+            assert pe.seq >= 0 and pe.tok >= 0 and pe.compute_tok >= 0 and len(pe.ready) <= pe.seq
         if self.mode.skip_io:
             assert all(pool.used == 0 for pool in self.buffers.values())

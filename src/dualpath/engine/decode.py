@@ -48,6 +48,7 @@ class DecodeNode:
     engines: list[DecodeEngine]
     block_tokens: int
     steps_done: int = 0
+    reserved_tokens: int = 0  # Σ of its engines' reserved_tokens: the group's Σ tok_e, O(1) per fetch
     joining: list[Request] = field(default_factory=list)
     _heap: list[tuple[int, int, Request]] = field(default_factory=list)  # (event step, id, request)
     _join_step: dict[int, tuple[int, int]] = field(default_factory=dict)  # id -> (step, generated)
@@ -136,3 +137,4 @@ class DecodeNode:
         assert sum(e.running for e in self.engines) == len(self._join_step)
         for e in self.engines:
             assert 0 <= e.reserved_tokens <= max(e.hbm_tokens, e.reserved_tokens)
+        assert self.reserved_tokens == sum(e.reserved_tokens for e in self.engines)

@@ -21,14 +21,17 @@ class PrefillEngine:
     ready: deque[Request] = field(default_factory=deque)
     seq: int = 0  # unfinished requests assigned here (§6.1 seq_e)
     tok: int = 0  # their prompt tokens (§6.1 tok_e)
+    compute_tok: int = 0  # their miss tokens: the GPU work β bounds (policy/pe_assign.py)
 
     def assign(self, request: Request) -> None:
         self.seq += 1
         self.tok += request.prompt_tokens
+        self.compute_tok += request.miss_tokens
 
     def finish(self, request: Request) -> None:
         self.seq -= 1
         self.tok -= request.prompt_tokens
+        self.compute_tok -= request.miss_tokens
 
 
 @dataclass

@@ -6,8 +6,14 @@ mid-fetch leaves C2/C3 is open (paper summary §13). We recompute the classes af
 burst to the fetching group, which is what β exists to prevent.
 
 tokens(r) = r.prompt_tokens: tokens proxy GPU, disk and network load (§6.1), and the prompt is what
-the PE processes (hit KV loaded, miss KV computed). β is therefore prompt tokens one GPU prefills in
-5 s at the workload's typical hit ratio (computed by the driver).
+the PE processes (hit KV loaded, miss KV computed); argmin tok_e picks the least loaded engine.
+
+β bounds GPU work, so the overload test (C1) counts the tokens an engine still has to *compute*
+(`compute_tok`: miss tokens of its unfinished requests), and β is the miss tokens one GPU computes in
+5 s (A.4: "tokens one GPU processes in 5 s"). The disk side of the load is α's: the node read queue.
+Counting prompt tokens against β would weigh a 7K-token prompt with no hit (1 s of GPU work) like a
+7K-token prompt with 6.9K hits (a few ms): an offline burst of first rounds, all misses, would then
+fit under one group's β and go to a single PE node (docs/core.md §3).
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ class PeCandidate:
     engine_id: int
     node_id: int
     tok: int
+    compute_tok: int  # miss tokens of its unfinished requests: the GPU work β bounds
     read_q_tokens: int
 
 
@@ -33,18 +40,23 @@ def tokens_of(request: Request) -> int:
     return request.prompt_tokens
 
 
+def compute_tokens_of(request: Request) -> int:
+    """The part of tokens(r) a PE computes (its miss tokens): what counts against β."""
+    return request.miss_tokens
+
+
 def choose_prefill_engine(
     candidates: Iterable[PeCandidate], *, alpha_tokens: float, beta_tokens: float
 ) -> PeCandidate | None:
     """One iteration of Algorithm 1: C2 by min tok, else C3 by min tok, else None (C1 never).
 
-    C2 = {tok <= β and read_q <= α}: preferred so a short-queue node keeps its SNIC busy (§6.1).
+    C1 = {compute_tok > β}; C2 = {compute_tok <= β and read_q <= α}: preferred so a short-queue node keeps its SNIC busy (§6.1).
     Ties break on engine id, so the choice is deterministic.
     """
     best_c2: PeCandidate | None = None
     best_c3: PeCandidate | None = None
     for e in candidates:
-        if e.tok > beta_tokens:
+        if e.compute_tok > beta_tokens:
             continue  # C1: overloaded
         if e.read_q_tokens <= alpha_tokens:
             if best_c2 is None or (e.tok, e.engine_id) < (best_c2.tok, best_c2.engine_id):
@@ -68,5 +80,6 @@ def assign_prefill_engines(
         if pe is None:
             break
         pe.tok += tokens_of(request)
+        pe.compute_tok += compute_tokens_of(request)
         out.append((request.request_id, pe.engine_id))
     return out

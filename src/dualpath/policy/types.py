@@ -17,14 +17,16 @@ class EngineLoad(NamedTuple):
     """What an engine reports at a group fetch (paper §6.1).
 
     `tok` counts prompt tokens of unfinished requests on a PE and `len_r` (prompt + output) of
-    unfinished requests on a DE; `read_q_tokens` is the hit tokens waiting to be read (queued or in
-    flight) on the engine's node SNIC; `free_hbm_tokens` is used for DEs only.
+    unfinished requests on a DE; `compute_tok` (PEs only) counts the miss tokens of a PE's unfinished
+    requests, the GPU work β bounds (docs/core.md §3); `read_q_tokens` is the hit tokens waiting to be
+    read (queued or in flight) on the engine's node SNIC; `free_hbm_tokens` is used for DEs only.
     """
 
     engine_id: int
     node_id: int
     seq: int
     tok: int
+    compute_tok: int
     read_q_tokens: int
     free_hbm_tokens: int = 0
 

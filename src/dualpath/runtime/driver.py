@@ -96,7 +96,7 @@ class RuntimeDriver:
                 de_hbm_kv_tokens=config.de_hbm_kv_tokens,
                 pe_hbm_kv_tokens=config.pe_hbm_kv_tokens,
                 read_tokens_per_s=read_tokens_per_s,
-                # α, β as Appendix A.4 defines them: tokens read from storage in 3 s, prefilled in 5 s.
+                # α, β as Appendix A.4 defines them: tokens read from storage in 3 s, computed in 5 s.
                 alpha_tokens=spec.alpha_read_s * read_tokens_per_s,
                 beta_tokens=spec.beta_compute_s * config.prefill_tokens_per_s,
                 read_path=config.read_path or None,

@@ -68,10 +68,10 @@ def attention_predictor(cost: CostModel, layers: int):  # type: ignore[no-untype
 def core_rates(
     cluster: ClusterSpec, cost: CostModel, *, context_tokens: int, append_tokens: int
 ) -> CoreRates:
-    """α: hit tokens a node's storage path reads in α seconds; β: prompt tokens one PE prefills in β s.
+    """α: hit tokens a node's storage path reads in α seconds; β: miss tokens one PE GPU computes in β s.
 
     β uses a forward of typical requests (the dataset's mean context and append) packed to the
-    compute quota on every GPU of the node: the throughput a PE sustains when busy.
+    compute quota on every GPU of the node: the compute throughput a PE sustains when busy.
     """
     hw, s, m = cluster.hardware, cluster.scheduler, cluster.model
     nodes = cluster.num_prefill_nodes + cluster.num_decode_nodes
@@ -86,9 +86,9 @@ def core_rates(
     )
     pairs = [(b.cached_tokens, b.new_tokens) for b in batch]
     forward_s = cost.prefill_forward_time_s([pairs] * hw.gpus_per_node)
-    prompt_tokens = sum(c + n for c, n in pairs)
+    computed_tokens = sum(n for _, n in pairs)  # per GPU: each GPU of the node runs `pairs`
     return CoreRates(
         read_tokens_per_s=read_tokens_per_s,
         alpha_tokens=s.alpha_read_s * read_tokens_per_s,
-        beta_tokens=s.beta_compute_s * prompt_tokens / max(forward_s, 1e-9),
+        beta_tokens=s.beta_compute_s * computed_tokens / max(forward_s, 1e-9),
     )
