@@ -38,7 +38,16 @@ def test_ttft_breakdown_sums_to_mean_ttft(mode: str) -> None:
 def test_attention_balance_is_at_least_one_and_snic_bytes_per_node() -> None:
     s = run("dualpath")
     assert s["attention_max_over_avg"] >= 1.0
+    # Six agents never fill all 8 GPUs of the PE node: no step counts as busy.
+    assert s["attention_busy_max_over_avg"] is None
+    busy = run("dualpath", agents=32, rounds=4)
+    assert 1.0 <= busy["attention_busy_max_over_avg"] <= busy["attention_max_over_avg"]
     assert set(s["snic_bytes"]) == {"0", "1"}
+    # Fig. 13 reads: the rx part only; the DE's persists (tx) are in snic_bytes, not here.
+    assert set(s["snic_read_bytes"]) == {"0", "1"}
+    assert 0 < s["snic_read_bytes"]["0"] == s["snic_bytes"]["0"]  # a PE reads and never persists
+    assert 0 < s["snic_read_bytes"]["1"] < s["snic_bytes"]["1"]  # a DE also writes its new blocks
+    assert s["snic_read_max_over_avg"] >= 1.0
 
 
 def test_scale_rounds_multiplies_appends_and_generations() -> None:

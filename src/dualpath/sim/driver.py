@@ -146,6 +146,9 @@ class SimOutcome:
     queue_samples: list[tuple[float, int, float]] = field(default_factory=list)  # (t, waiting, Mtokens)
     attention_ratios: list[float] = field(default_factory=list)  # per PE step: max/mean GPU attention
     stop_reason: str | None = None  # why the run stopped early (SimConfig.early_stop); None: it did not
+    # The same ratio over the steps where every GPU of the node had work: the imbalance batching can
+    # act on (a GPU with nothing ready waits in every mode; Fig. 14 compares how batches are packed).
+    attention_ratios_busy: list[float] = field(default_factory=list)
 
     def topology_links(self) -> dict[str, Link]:
         return self.topology.links
@@ -203,6 +206,7 @@ class Simulation:
         self._agent_of: dict[int, Agent] = {}
         self._samples: list[tuple[float, int, float]] = []
         self._attention_ratios: list[float] = []
+        self._attention_ratios_busy: list[float] = []
         self._assigned = 0  # log entries already looked at for assignment times
         self._watch = None if config.early_stop is None else EarlyStopWatch(config.early_stop)
         self.stop_reason: str | None = None
@@ -226,7 +230,8 @@ class Simulation:
         with held_back_gc():  # speed only (sim/gc_tuning.py)
             self.sim.run(until_s=self.config.duration_s)
         return SimOutcome(self.agents, self.times, self.sim.now_s, self.sim.events_processed, self.topo,
-                          self.log, self.core, self._samples, self._attention_ratios, self.stop_reason)  # fmt: skip
+                          self.log, self.core, self._samples, self._attention_ratios, self.stop_reason,
+                          self._attention_ratios_busy)  # fmt: skip
 
     def _sample(self) -> None:
         reading = sum(r.read_q_tokens for r in self.core.readers.values()) / 1e6
@@ -402,7 +407,10 @@ class Simulation:
         """Paper Fig. 14: max over the node's GPUs of attention time / the mean, for this step."""
         mean = sum(attention) / len(attention)
         if mean > 0:
-            self._attention_ratios.append(max(attention) / mean)
+            ratio = max(attention) / mean
+            self._attention_ratios.append(ratio)
+            if min(attention) > 0.0:
+                self._attention_ratios_busy.append(ratio)
 
     def _hops(self, c: cmd.StartPrefillStep, kind: str) -> list[tuple[float, tuple]]:  # type: ignore[type-arg]
         """One flow per (engine, source or destination) pair: bytes of all layers and requests."""

@@ -90,7 +90,10 @@ def summarise(o: SimOutcome, *, offline: bool, wall_s: float) -> dict[str, Any]:
         str(i): n.snic_rx.bytes_carried(o.end_s) + n.snic_tx.bytes_carried(o.end_s)
         for i, n in enumerate(o.topology.nodes)
     }
-    ratios = o.attention_ratios
+    # Fig. 13 compares what each SNIC *reads* from storage (the load DualPath spreads); the bytes a DE
+    # writes back (persists) are the same in every mode and would dilute the comparison.
+    snic_read = {str(i): n.snic_rx.bytes_carried(o.end_s) for i, n in enumerate(o.topology.nodes)}
+    ratios, busy = o.attention_ratios, o.attention_ratios_busy
     return {
         # Offline JCT (§7.2): when the last agent's last round is done (all agents start at t = 0).
         "jct_s": max(finished) if offline and len(finished) == len(o.agents) else None,
@@ -104,7 +107,10 @@ def summarise(o: SimOutcome, *, offline: bool, wall_s: float) -> dict[str, Any]:
         "slo_attainment": slo_attainment(prefilled) if prefilled else None,
         "snic_bytes": snic,
         "snic_max_over_avg": snic_max_over_avg(snic) if sum(snic.values()) else None,
+        "snic_read_bytes": snic_read,
+        "snic_read_max_over_avg": snic_max_over_avg(snic_read) if sum(snic_read.values()) else None,
         "attention_max_over_avg": sum(ratios) / len(ratios) if ratios else None,
+        "attention_busy_max_over_avg": sum(busy) / len(busy) if busy else None,
         "de_read_fraction": _de_fraction(o),
         "sim_end_s": o.end_s,
         # An online run stopped once clearly past the TTFT SLO (sim/early_stop.py): the numbers above
