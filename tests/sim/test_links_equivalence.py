@@ -205,8 +205,7 @@ def test_closed_loop_cluster_matches_reference() -> None:
 
 
 def test_many_node_cluster_matches_reference() -> None:
-    # 12 nodes: hundreds of groups over ~100 links, so re-fills cross more than 32 links and `fill`
-    # takes its heap path; one class only, the incremental update's case.
+    # 12 nodes: hundreds of groups over ~100 links; one class only, the incremental update's case.
     fast = closed_loop(LinkNetwork, seed=3, concurrency=300, count=1500, nodes=12, high_fraction=0.0)
     ref = closed_loop(ReferenceLinkNetwork, seed=3, concurrency=300, count=1500, nodes=12, high_fraction=0.0)
     assert len(fast) == len(ref) == 1500

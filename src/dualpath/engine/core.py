@@ -165,9 +165,18 @@ class ClusterCore:
             if not self.scheduler.pe_queue_len:
                 break
             pnode = self.pe_nodes[pe_ids[(self._fetches + k) % len(pe_ids)]]
+            if not round_robin and self._all_over_beta(pnode):
+                continue  # C2 and C3 empty: Algorithm 1 places nothing here (speed only, same decisions)
             for a in self.scheduler.fetch_pe_group(pnode.node_id, self._pe_loads(pnode)):
                 out += self._on_assigned(a)
         return out
+
+    def _all_over_beta(self, node: PrefillNode) -> bool:
+        """Every engine of the PE group is in C1 (compute_tok > β). While Q waits, every fetch would
+        otherwise build this group's reports only to place nothing; its read queue, which the skipped
+        report carries, steers only placements on this group."""
+        beta = self.config.beta_tokens
+        return all(e.compute_tok > beta for e in node.engines)
 
     def _de_loads(self, node: DecodeNode) -> list[EngineLoad]:
         q = self.readers[node.node_id].read_q_tokens
