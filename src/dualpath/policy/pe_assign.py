@@ -11,9 +11,10 @@ the PE processes (hit KV loaded, miss KV computed); argmin tok_e picks the least
 β bounds GPU work, so the overload test (C1) counts the tokens an engine still has to *compute*
 (`compute_tok`: miss tokens of its unfinished requests), and β is the miss tokens one GPU computes in
 5 s (A.4: "tokens one GPU processes in 5 s"). The disk side of the load is α's: the node read queue.
-Counting prompt tokens against β would weigh a 7K-token prompt with no hit (1 s of GPU work) like a
-7K-token prompt with 6.9K hits (a few ms): an offline burst of first rounds, all misses, would then
-fit under one group's β and go to a single PE node (docs/core.md §3).
+Counting prompt tokens against β would weigh a 7K-token prompt with no hit like a 7K-token prompt with
+6.9K hits (DeepSeek-V3.2 on Hopper, cost model: a forward of 0.97 s against 0.046 s, most of it fixed
+per-forward cost): an offline burst of first rounds, all misses, would then fit under one group's β
+and go to a single PE node (docs/core.md §3).
 """
 
 from __future__ import annotations
