@@ -48,6 +48,7 @@ from dualpath.policy.batching import (
     pack_by_token_budget,
 )
 from dualpath.policy.decisions import Assignment, BatchDecision, DecisionLog
+from dualpath.policy.pe_assign import overloaded
 from dualpath.policy.read_path import make_read_path_policy
 from dualpath.policy.scheduler import RequestScheduler
 from dualpath.policy.types import EngineLoad
@@ -153,8 +154,7 @@ class ClusterCore:
                     continue
                 for request, engine in self.scheduler.fetch_de_group(node.node_id, self._de_loads(node)):
                     e = self.de_engine(engine)
-                    e.reserved_tokens += request.total_tokens
-                    node.reserved_tokens += request.total_tokens
+                    node.reserve(e, request.total_tokens)
                     e.seq += 1
                     progress = round_robin
         # Leaders fetch independently in the paper; rotating who fetches first keeps any one PE
@@ -176,7 +176,7 @@ class ClusterCore:
         otherwise build this group's reports only to place nothing; its read queue, which the skipped
         report carries, steers only placements on this group."""
         beta = self.config.beta_tokens
-        return all(e.compute_tok > beta for e in node.engines)
+        return all(overloaded(e.compute_tok, beta) for e in node.engines)
 
     def _de_loads(self, node: DecodeNode) -> list[EngineLoad]:
         q = self.readers[node.node_id].read_q_tokens
@@ -448,8 +448,7 @@ class ClusterCore:
         """Last token out: free the DE's HBM reservation; done once its blocks are persisted."""
         assert request.de_engine is not None
         e = self.de_engine(request.de_engine)
-        e.reserved_tokens -= request.total_tokens
-        self.de_nodes[e.node_id].reserved_tokens -= request.total_tokens
+        self.de_nodes[e.node_id].release(e, request.total_tokens)
         e.seq -= 1
         self.scheduler.note_de_freed(e.node_id)
         request.phase = Phase.DONE

@@ -57,6 +57,16 @@ class DecodeNode:
     def engine(self, engine_id: int) -> DecodeEngine:
         return self.engines[engine_id - self.engines[0].engine_id]
 
+    def reserve(self, engine: DecodeEngine, tokens: int) -> None:
+        """HBM for a placed request (§6.2): on its engine and in the node's Σ, kept together."""
+        engine.reserved_tokens += tokens
+        self.reserved_tokens += tokens
+
+    def release(self, engine: DecodeEngine, tokens: int) -> None:
+        """The reservation of a request whose last token is out."""
+        engine.reserved_tokens -= tokens
+        self.reserved_tokens -= tokens
+
     @property
     def num_running(self) -> int:
         return len(self._join_step)

@@ -46,6 +46,11 @@ def compute_tokens_of(request: Request) -> int:
     return request.miss_tokens
 
 
+def overloaded(compute_tok: int, beta_tokens: float) -> bool:
+    """Algorithm 1's C1: the engine's unfinished GPU work is over β; it takes nothing this fetch."""
+    return compute_tok > beta_tokens
+
+
 def choose_prefill_engine(
     candidates: Iterable[PeCandidate], *, alpha_tokens: float, beta_tokens: float
 ) -> PeCandidate | None:
@@ -57,8 +62,8 @@ def choose_prefill_engine(
     best_c2: PeCandidate | None = None
     best_c3: PeCandidate | None = None
     for e in candidates:
-        if e.compute_tok > beta_tokens:
-            continue  # C1: overloaded
+        if overloaded(e.compute_tok, beta_tokens):
+            continue  # C1
         if e.read_q_tokens <= alpha_tokens:
             if best_c2 is None or (e.tok, e.engine_id) < (best_c2.tok, best_c2.engine_id):
                 best_c2 = e

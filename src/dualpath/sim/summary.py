@@ -86,13 +86,12 @@ def summarise(o: SimOutcome, *, offline: bool, wall_s: float) -> dict[str, Any]:
     records = [to_record(rid, r) for rid, r in sorted(o.requests.items())]
     prefilled = [r for r in records if r.first_token_s is not None]
     finished = [a.end_s for a in o.agents if not math.isnan(a.end_s)]
-    snic = {
-        str(i): n.snic_rx.bytes_carried(o.end_s) + n.snic_tx.bytes_carried(o.end_s)
-        for i, n in enumerate(o.topology.nodes)
-    }
     # Fig. 13 compares what each SNIC *reads* from storage (the load DualPath spreads); the bytes a DE
     # writes back (persists) are the same in every mode and would dilute the comparison.
     snic_read = {str(i): n.snic_rx.bytes_carried(o.end_s) for i, n in enumerate(o.topology.nodes)}
+    snic = {
+        str(i): snic_read[str(i)] + n.snic_tx.bytes_carried(o.end_s) for i, n in enumerate(o.topology.nodes)
+    }
     ratios, busy = o.attention_ratios, o.attention_ratios_busy
     return {
         # Offline JCT (§7.2): when the last agent's last round is done (all agents start at t = 0).
