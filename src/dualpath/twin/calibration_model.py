@@ -105,28 +105,31 @@ def measure_prefill_layer(
 def measure_decode_step(
     model: Transformer, grid: ModelGrid, generator: torch.Generator, tick: Tick, *, block_tokens: int
 ) -> list[DecodePoint]:
-    """One DE step as `DecodeEngine._step` runs it: contexts read from the paged cache, `decode_step`,
-    greedy argmax. The cache append after it (one row per layer per sequence) is not timed."""
+    """One DE step as `DecodeExecutor._step` runs it: `decode_step_paged` (contexts read from the paged
+    cache, the forward, each new token's KV appended to its pages) and the greedy argmax to a list.
+
+    Each call appends one token per sequence, so the contexts grow by `repeats` + 1 tokens over a point
+    (≤ 10: under 2 % of the smallest context); the pages for that growth are allocated up front.
+    """
     c = model.config
     points = []
     for batch in grid.batch_sizes:
         for context in grid.context_tokens:
             tick(f"decode {batch}x{context}")
-            if context + 1 > c.max_position_tokens:
+            grown = context + grid.repeats + 1
+            if grown > c.max_position_tokens:
                 continue
-            cache = PagedKVCache(
-                c, num_pages=batch * (-(-context // block_tokens) + 1), block_tokens=block_tokens
-            )
+            cache = PagedKVCache(c, num_pages=batch * -(-grown // block_tokens), block_tokens=block_tokens)
             for seq in range(batch):
                 cache.allocate(seq, context)
                 for layer in range(c.num_layers):
                     rows = torch.randn(context, c.kv_row_elems, generator=generator, dtype=c.torch_dtype)
                     cache.write(seq, layer, 0, rows)
             tokens = [int(t) for t in torch.randint(c.vocab_size, (batch,), generator=generator)]
+            seqs = list(range(batch))
 
-            def step(cache: PagedKVCache = cache, tokens: list[int] = tokens, batch: int = batch) -> None:
-                contexts = [cache.context(seq) for seq in range(batch)]
-                model.decode_step(tokens, contexts).logits.argmax(dim=-1).tolist()
+            def step(cache: PagedKVCache = cache, tokens: list[int] = tokens, seqs: list[int] = seqs) -> None:
+                model.decode_step_paged(cache, seqs, tokens).argmax(dim=-1).tolist()
 
             points.append(
                 DecodePoint(

@@ -1,13 +1,23 @@
-"""How many runnable threads of *other* jobs share the host's cores while a runtime cluster runs (Linux /proc).
+"""How much of the host's cores *other* jobs used while a runtime cluster ran (Linux /proc).
 
 The twin's shared-cores term (`physics.TwinSimulation.cpu_share`) counts the engines that compute and the
-CPU work of our own other processes (the scheduler/API, the load generator, the nodes' I/O threads), both
-predicted from calibrated costs. What it cannot predict is the rest of the machine: other jobs on the
-same cores. `HostLoadSampler` counts exactly those: every `interval_s` it reads `procs_running` from
-/proc/stat (runnable tasks on the host) and subtracts every running thread of our own process tree (the
+CPU work of our own other processes (the scheduler/API, the load generator), both predicted from
+calibrated costs. What it cannot predict is the rest of the machine: other jobs on the same cores.
+`HostLoadSampler` measures exactly those as the CPU time they consumed: every `interval_s` it reads the
+cumulative CPU ticks (utime + stime, all threads) of every process outside our own process tree (the
 process that samples, i.e. `dualpath validate`, and all its descendants: the `serve` child, its node
-processes; the sampler thread included). The mean is the twin's `external_threads`, a condition of the
-machine like its core count (docs/twin.md "Other jobs on the host").
+processes) and sums what each consumed since the previous sample. CPU used ÷ wall is
+`external_cores`: the cores the other jobs took, which the twin removes from the host's capacity
+(docs/twin.md "Other jobs on the host").
+
+Why consumed CPU and not a count of runnable threads: what another job *takes* depends on the kernel's
+policy, not only on how many threads it has. With autogroup (Linux's default for sessions), each
+session's group gets an equal share, so one busy thread of another session takes up to a whole core
+from our four or five, and a niced group takes almost nothing; a runnable-thread count gets both wrong.
+Counting our own runnable threads and subtracting them from `procs_running` was also biased: the two
+reads are not simultaneous, and our short-lived threads (ZeroMQ, notices, writers) that ran at the
+first read had often blocked by the second, so a quiet host read as 0.4-0.9 "external threads".
+Consumed CPU has neither problem, and reading one stat file per process costs ~0.3 ms per sample.
 """
 
 from __future__ import annotations
@@ -15,33 +25,35 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from collections.abc import Iterable
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 _PROC = Path("/proc")
-# 20 ms: short beside a forward (tens of ms here), and at ~0.1 ms per sample it costs < 1 % of a core.
-DEFAULT_INTERVAL_S = 0.02
+# 100 ms: a few samples per second catch short-lived jobs; at ~0.3 ms each the sampler costs < 1 % of a core.
+DEFAULT_INTERVAL_S = 0.1
 
 
-def procs_running(proc: Path = _PROC) -> int | None:
-    """Runnable tasks on the host now (the reader included), or None where /proc/stat lacks the line."""
-    with contextlib.suppress(OSError):
-        for line in (proc / "stat").read_text().splitlines():
-            if line.startswith("procs_running "):
-                return int(line.split()[1])
+def clock_ticks_per_s() -> float:
+    """The kernel's USER_HZ, the unit of the CPU times in /proc/PID/stat (100 on Linux)."""
+    with contextlib.suppress(ValueError, OSError, AttributeError):
+        return float(os.sysconf("SC_CLK_TCK"))
+    return 100.0
+
+
+def process_cpu_ticks(pid: int, proc: Path = _PROC) -> int | None:
+    """utime + stime of process `pid` over all its threads so far (clock ticks), or None once it is gone."""
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        stat = (proc / str(pid) / "stat").read_text()
+        fields = stat[stat.rindex(")") + 2 :].split()
+        return int(fields[11]) + int(fields[12])  # fields 14 and 15 of proc(5)
     return None
 
 
-def thread_states(pid: int, proc: Path = _PROC) -> dict[int, tuple[str, int]]:
-    """Per thread of process `pid`: (state letter, CPU ticks so far); empty once it is gone."""
-    out = {}
+def all_pids(proc: Path = _PROC) -> list[int]:
     with contextlib.suppress(OSError):
-        for task in (proc / str(pid) / "task").iterdir():
-            with contextlib.suppress(OSError, ValueError, IndexError):
-                stat = (task / "stat").read_text()
-                fields = stat[stat.rindex(")") + 2 :].split()
-                out[int(task.name)] = (fields[0], int(fields[11]) + int(fields[12]))  # state, utime + stime
-    return out
+        return sorted(int(entry.name) for entry in os.scandir(proc) if entry.name.isdigit())
+    return []
 
 
 def descendants(pid: int, proc: Path = _PROC) -> list[int]:
@@ -55,21 +67,13 @@ def descendants(pid: int, proc: Path = _PROC) -> list[int]:
     return out
 
 
-def node_pids(server_pid: int, proc: Path = _PROC) -> list[int]:
-    """The node processes (`dualpath.runtime.node_main`) a local `dualpath serve` started."""
-    pids = []
-    for pid in descendants(server_pid, proc):
-        with contextlib.suppress(OSError):
-            if b"dualpath.runtime.node_main" in (proc / str(pid) / "cmdline").read_bytes():
-                pids.append(pid)
-    return pids
-
-
 class HostLoadSampler:
-    """A daemon thread sampling the runnable threads outside our own process tree; a context manager.
+    """A daemon thread summing the CPU that processes outside our own process tree consume; a context
+    manager. `root_pid` (default: this process) and its descendants are ours: the system being predicted.
 
-    `root_pid` (default: this process) and its descendants are ours: the system being predicted. Their
-    threads are never counted, whether they compute or wait; everything else runnable is another job.
+    A process first seen after the start counts from zero ticks (it started during the window, or its
+    earlier CPU is charged to the window: an over-count only for a process older than the window that
+    our first scan missed, i.e. none). A process that starts and exits between two samples is missed.
     """
 
     def __init__(
@@ -78,44 +82,57 @@ class HostLoadSampler:
         *,
         interval_s: float = DEFAULT_INTERVAL_S,
         proc: Path = _PROC,
-        extra_pids: Iterable[int] = (),
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.root_pid = os.getpid() if root_pid is None else root_pid
-        self.extra_pids = tuple(extra_pids)
-        self.interval_s, self.proc = interval_s, proc
-        self.samples: list[int] = []
+        self.interval_s, self.proc, self.clock = interval_s, proc, clock
+        self.ticks_per_s = clock_ticks_per_s()
+        self.external_ticks = 0  # consumed by other jobs since the first sample
+        self._last: dict[int, int] = {}  # pid -> ticks at its previous sample
+        self._start_s: float | None = None
+        self._end_s: float | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="host-load", daemon=True)
 
-    def own_running(self) -> int:
-        """Running threads of our own process tree now (the sampler, reading, among them)."""
-        pids = {self.root_pid, *self.extra_pids, *descendants(self.root_pid, self.proc)}
-        return sum(
-            state == "R" for pid in sorted(pids) for state, _ in thread_states(pid, self.proc).values()
-        )
+    def ours(self) -> set[int]:
+        return {self.root_pid, *descendants(self.root_pid, self.proc)}
 
-    def sample(self) -> int | None:
-        total = procs_running(self.proc)
-        if total is None:
-            return None
-        # The sampler is running while it reads: if /proc shows it as such it is in own_running;
-        # at least it is always one of ours.
-        return max(0, total - max(1, self.own_running()))
+    def sample(self) -> None:
+        """Add what every other process consumed since its previous sample."""
+        now = self.clock()
+        ours, first = self.ours(), self._start_s is None
+        seen: dict[int, int] = {}
+        for pid in all_pids(self.proc):
+            if pid in ours:
+                continue
+            ticks = process_cpu_ticks(pid, self.proc)
+            if ticks is None:
+                continue
+            seen[pid] = ticks
+            if not first:
+                self.external_ticks += max(0, ticks - self._last.get(pid, 0))
+        self._last = seen
+        if first:
+            self._start_s = now
+        self._end_s = now
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):
-            value = self.sample()
-            if value is not None:
-                self.samples.append(value)
+            self.sample()
 
-    def mean(self) -> float | None:
-        """Mean runnable threads of other jobs, or None where nothing could be sampled (no /proc)."""
-        return sum(self.samples) / len(self.samples) if self.samples else None
+    def cores(self) -> float | None:
+        """Mean cores other jobs used between the first and the last sample, or None where fewer than two
+        samples (or no /proc) give no interval."""
+        if self._start_s is None or self._end_s is None or self._end_s <= self._start_s:
+            return None
+        return self.external_ticks / self.ticks_per_s / (self._end_s - self._start_s)
 
     def __enter__(self) -> HostLoadSampler:
+        self.sample()
         self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
+        self.sample()

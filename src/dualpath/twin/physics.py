@@ -7,10 +7,11 @@ costs added, each from a calibration measurement (docs/twin.md "What the twin ad
   `cpu_count` cores. The engines share them with each other, with our own other processes' CPU work
   (the scheduler's control messages, the API server and load generator per request and per streamed
   chunk: each is "one more runnable thread" for its calibrated CPU time, predicted here) and with
-  other jobs on the host (`external_threads`, counted by `host_load.HostLoadSampler` outside our process
-  tree). Processor sharing: work that starts while n threads want a core takes max(1, n / cores) times
-  its calibrated CPU time (calibration times one thread's CPU, i.e. an idle core). The factor is taken
-  when the work starts.
+  other jobs on the host (`external_cores`: the CPU they consumed meanwhile, measured by
+  `host_load.HostLoadSampler` outside our process tree, is capacity our processes do not get).
+  Processor sharing: work that starts while n of our threads want a core takes
+  max(1, n / (cores - external_cores)) times its calibrated CPU time (calibration times one thread's
+  CPU, i.e. an idle core). The factor is taken when the work starts.
 - HTTP legs: a round's POST and its first SSE chunk back (`http_leg_s` + per prompt token, measured on
   the real API app with a no-op backend) delay the request's arrival at the scheduler; TTFT counts from
   the client's send.
@@ -42,6 +43,8 @@ from dualpath.sim.cost import CostModel
 from dualpath.sim.driver import SimConfig, Simulation
 from dualpath.twin.calibrate import CalibrationOverheads
 
+# A quarter core: what our processes keep even when other jobs used (nearly) every core.
+_MIN_CAPACITY_CORES = 0.25
 # The runtime driver's default run length (runtime/driver.py DriverConfig.max_decode_run_steps).
 _DEFAULT_DECODE_RUN_STEPS = int(DriverConfig.__dataclass_fields__["max_decode_run_steps"].default)  # type: ignore[arg-type]
 
@@ -93,14 +96,15 @@ class TwinSimulation(Simulation):
         seed: int,
         overheads: CalibrationOverheads,
         host_cores: float,
-        external_threads: float = 0.0,
+        external_cores: float = 0.0,
     ) -> None:
         self._seed = seed  # read by _arrivals during the base constructor
         self._own_busy_until_s: list[float] = []  # heap: when each piece of our own CPU work ends
         self._sent_s: dict[int, float] = {}  # agent -> when its client sent the round now in flight
         super().__init__(config, trajectories, seed=seed)
         self.overheads, self.host_cores = overheads, host_cores
-        self.external_threads = external_threads
+        # Other jobs' CPU is capacity we do not get; a floor keeps a saturated host finite.
+        self.capacity_cores = max(_MIN_CAPACITY_CORES, host_cores - external_cores)
         self.cost = _RuntimeCost(self.cost, self)  # type: ignore[assignment]
         self.max_decode_run_steps = _DEFAULT_DECODE_RUN_STEPS
         self._stall_s: dict[int, float] = {}
@@ -119,8 +123,8 @@ class TwinSimulation(Simulation):
     def cpu_share(self, *, starting: int) -> float:
         prefill = sum(1 for s in self._steps.values() if not s.compute_done)
         decode = sum(1 for r in self._decode.values() if r.busy)
-        busy = prefill + decode + starting + self.own_running() + self.external_threads
-        return max(1.0, busy / self.host_cores)
+        busy = prefill + decode + starting + self.own_running()
+        return max(1.0, busy / self.capacity_cores)
 
     def own_running(self) -> int:
         """Pieces of our own non-engine CPU work (scheduler, API server, client) running now."""

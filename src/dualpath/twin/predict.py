@@ -116,18 +116,18 @@ def predict(
     *,
     aps: float | None = None,
     seed: int = 0,
-    external_threads: float = 0.0,
+    external_cores: float = 0.0,
 ) -> tuple[dict[str, Any], SimOutcome]:
     """Simulate the trace; the result has the runtime summary's keys (`metrics_from_sim`).
 
-    `external_threads`: other jobs' runnable threads on the host (`host_load.HostLoadSampler`); our own
+    `external_cores`: cores other jobs used on the host meanwhile (`host_load.HostLoadSampler`); our own
     processes' CPU is predicted from the calibration (`physics.TwinSimulation`).
     """
     from dualpath.twin.physics import TwinSimulation
 
     sim = TwinSimulation(sim_config(spec, cal, mode, aps=aps), trajectories, seed=seed,
                          overheads=cal.overheads, host_cores=host_cores(cal),
-                         external_threads=external_threads)  # fmt: skip
+                         external_cores=external_cores)  # fmt: skip
     outcome = sim.run()
     metrics = metrics_from_sim(outcome, spec)
     if sim.mode.skip_io:

@@ -74,12 +74,12 @@ def measure_mode(
         ServeProcess(config, mode=mode, store_dir=Path(store), extra_args=extra) as server,
     ):
         assert server.process is not None
-        # Other jobs' runnable threads: everything outside this process and its descendants (the
-        # serve child, its nodes); our own processes are the system the twin predicts.
+        # Other jobs' CPU: everything outside this process and its descendants (the serve child, its
+        # nodes); our own processes are the system the twin predicts.
         with HostLoadSampler(os.getpid()) as host:
             summary, result = run_bench(server.url, options, progress=progress)
     measured = measured_metrics(summary, result.rounds)
-    measured["external_threads"] = host.mean()
+    measured["external_cores"] = host.cores()
     return measured
 
 
@@ -117,12 +117,12 @@ def validate(
         measured["read_path_bytes"] = read_path_bytes(measured["snic_bytes"], spec)
         # Other jobs' runnable threads on the host while the runtime ran: the one input the twin takes
         # from the run, as a condition of the machine (not a metric); docs/twin.md "Other jobs".
-        external = measured.get("external_threads") or 0.0
+        external = measured.get("external_cores") or 0.0
         progress(
-            f"[{mode}] simulating the trace on the calibrated twin ({external:.2f} external threads) ..."
+            f"[{mode}] simulating the trace on the calibrated twin (other jobs used {external:.2f} cores) ..."
         )
         predicted, _ = predict(spec, cal, mode, trajectories, aps=options.aps, seed=options.seed,
-                               external_threads=external)  # fmt: skip
+                               external_cores=external)  # fmt: skip
         out[mode] = ModeResult(mode=mode, measured=measured, predicted=predicted)
     return out
 
