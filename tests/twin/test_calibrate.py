@@ -145,6 +145,23 @@ def test_calibrate_quick_writes_a_preset_that_loads_back(quick_preset: tuple[Pat
     assert printed["fit"]["prefill_layer"]["points"] == len(GRID_PREFILL)
 
 
+def test_calibrate_measures_the_runtime_in_situ_per_mode(quick_preset: tuple[Path, dict]) -> None:
+    calibration = load_calibration(quick_preset[0])
+    assert set(calibration.runtime_cpu) == {"basic", "dualpath", "oracle"}
+    for mode, f in calibration.runtime_cpu.items():
+        stored = calibration.measurements["runtime_cpu"][mode]
+        measured, charged = stored["measured_cpu_s"], stored["charged_cpu_s"]
+        # Every group of threads was found on the training replay: engines by their OS thread names.
+        assert measured["pe_engine"] > 0 and measured["de_engine"] > 0 and measured["serve"] > 0, mode
+        assert measured["client"] > 0 and measured["wall_s"] > 0, mode
+        assert measured["prefill_tokens_per_s"] > 0, mode  # the run's scheduler constants
+        assert f["pe_engine"] == pytest.approx(measured["pe_engine"] / charged["pe_engine"]), mode
+        assert f["background_cores"] > 0.0, mode
+    # Oracle decodes continuing batches: the DEs counted their restarts.
+    assert calibration.measurements["runtime_cpu"]["oracle"]["measured_cpu_s"]["decode_restarts"] > 0
+    assert 0.0 < calibration.runtime_cpu["oracle"]["decode_restart_s"] < 1.0
+
+
 def test_loaded_cost_model_predicts_measured_prefill_points_within_reported_error(
     quick_preset: tuple[Path, dict],
 ) -> None:

@@ -67,11 +67,20 @@ def test_forward_python_is_the_forward_cpu_beyond_layers_and_head() -> None:
         m = measure_forward_python(model, 1, lambda _: None)
     finally:
         torch.set_num_threads(threads)
-    assert m["items"] == [1.0, 4.0, 1.0, 4.0] and m["layerwise"] == [1.0, 1.0, 0.0, 0.0]
+    assert m["items"] == [1.0, 1.0, 4.0, 4.0] * 2 and m["layerwise"] == [1.0] * 4 + [0.0] * 4
+    assert m["cached_tokens"] == [0.0, 512.0] * 4
     assert all(0 <= p < f for p, f in zip(m["python_s"], m["forward_cpu_s"], strict=True))
-    line = forward_python_terms({"items": [1, 4, 1, 4], "python_s": [0.002, 0.005, 0.002, 0.005]})
+    # Loading 512 cached rows per item (copies out of DRAM, hit rows to bytes) costs CPU beyond the layers.
+    assert m["python_s"][3] > m["python_s"][2]
+    line = forward_python_terms(
+        {"items": [1, 1, 4, 4], "cached_tokens": [0, 100, 0, 100], "python_s": [0.002, 0.003, 0.005, 0.009]}
+    )
     assert line["prefill_python_s_per_item"] == pytest.approx(0.001)
     assert line["prefill_python_s"] == pytest.approx(0.001)
+    # (0.003 - 0.002) / 100 and (0.009 - 0.005) / 400: the median of 1e-5 and 1e-5
+    assert line["prefill_python_s_per_cached_token"] == pytest.approx(1e-5)
+    old = forward_python_terms({"items": [1, 4, 1, 4], "python_s": [0.002, 0.005, 0.002, 0.005]})
+    assert old["prefill_python_s_per_cached_token"] == 0.0  # measured before cached rows were
 
 
 def test_presets_without_the_runtime_path_terms_load_with_zero(cal) -> None:  # type: ignore[no-untyped-def]

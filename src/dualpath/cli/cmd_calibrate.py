@@ -18,6 +18,11 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=1, help="torch threads (a node process uses 1)")
     p.add_argument("-o", "--out", type=Path, required=True, metavar="PRESET.toml", help="preset to write")
     p.add_argument("--store-dir", type=Path, default=None, help="folder for the FileStore test blocks")
+    p.add_argument(
+        "--no-runtime",
+        action="store_true",
+        help="skip the in-situ CPU factors (replays of a training trace on a local cluster, ~30 s)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
@@ -27,7 +32,13 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     from dualpath.cli.main import UserError
     from dualpath.runtime.cluster import ClusterConfigError, load_cluster
-    from dualpath.twin.calibrate import calibrate, calibration_document, num_steps, write_calibration
+    from dualpath.twin.calibrate import (
+        RUNTIME_MODES,
+        calibrate,
+        calibration_document,
+        num_steps,
+        write_calibration,
+    )
     from dualpath.twin.calibration_report import format_report
 
     if args.threads < 1:
@@ -42,15 +53,17 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--store-dir {args.store_dir}: no such folder")
     from tqdm import tqdm
 
-    with tqdm(total=num_steps(args.quick), file=sys.stderr, disable=args.quiet, unit="step") as bar:
+    runtime_modes = () if args.no_runtime else RUNTIME_MODES
+    with tqdm(
+        total=num_steps(args.quick, len(runtime_modes)), file=sys.stderr, disable=args.quiet, unit="step"
+    ) as bar:
 
         def tick(label: str) -> None:
             bar.set_postfix_str(label, refresh=False)
             bar.update(1)
 
-        calibration = calibrate(
-            cluster, quick=args.quick, threads=args.threads, tick=tick, store_dir=args.store_dir
-        )
+        calibration = calibrate(cluster, quick=args.quick, threads=args.threads, tick=tick,
+                                store_dir=args.store_dir, runtime_modes=runtime_modes)  # fmt: skip
     write_calibration(calibration, args.out)
     if args.json:
         document = calibration_document(calibration)

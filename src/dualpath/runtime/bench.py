@@ -102,6 +102,10 @@ def run(url: str, options: BenchOptions, *, progress: bool = True) -> tuple[dict
     summary = summarise(result)
     summary["snic"] = snic_summary(before, snic_counters(url))
     summary["mode"] = health.get("mode")
+    # β and the §6.4 predictor as this run's PEs measured them at start-up: the run's scheduler constants.
+    summary["scheduler_rates"] = {
+        k: float(health[k]) for k in ("prefill_tokens_per_s", "attention_s_per_token_pair") if k in health
+    }
     summary["read_sides"] = _count_sides(result)
     summary["milestones_mean_s"] = _mean_milestones(result)
     return summary, result

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,6 +35,7 @@ from dualpath.runtime.dram import Region
 from dualpath.runtime.kvio import region_layer, scatter_hits, submit_hit_read, usable_hit_tokens
 from dualpath.runtime.model.paged_cache import PagedKVCache
 from dualpath.runtime.node import NodeLinks
+from dualpath.runtime.os_thread import name_os_thread
 from dualpath.transfer import BlockWrite, WriteJob
 from dualpath.transfer.types import Notice
 
@@ -66,6 +68,11 @@ class DecodeExecutor:
         )
         self.requests: dict[int, _DeRequest] = {}
         self._cut_run = 0  # id of a run the scheduler asked to end at its next step boundary
+        # Run restarts: a run that continues requests of the one before waited (previous run's end ->
+        # its start) for the completion's trip to the scheduler and the next command back.
+        self._last_run: tuple[float, frozenset[int]] = (0.0, frozenset())  # (ended, its batch)
+        self.decode_restarts = 0
+        self.decode_restart_s = 0.0
         self._lock = threading.Lock()
         self._decode: queue.Queue[Message | None] = queue.Queue()
         self._h2d = ThreadPoolExecutor(1, thread_name_prefix="de-h2d")
@@ -152,6 +159,10 @@ class DecodeExecutor:
 
     def load(self) -> dict[str, Any]:
         return {"read_q_tokens": self.links.snic.read_queue.queued_tokens}
+
+    def stats(self) -> dict[str, float]:
+        """Cumulative counters for the node's report (/metrics)."""
+        return {"decode_restarts": float(self.decode_restarts), "decode_restart_s": self.decode_restart_s}
 
     def close(self) -> None:
         self._decode.put(None)
@@ -256,6 +267,7 @@ class DecodeExecutor:
 
     # ---- decode -------------------------------------------------------------------------------------
     def _decode_loop(self) -> None:
+        name_os_thread("de-decode")  # the engine thread, as calibration and profilers see it
         while (message := self._decode.get()) is not None:
             if message["type"] == "release":
                 self._release(message)
@@ -275,6 +287,7 @@ class DecodeExecutor:
                     state.max_tokens, state.generated = int(join["max_tokens"]), 1
                 self._maybe_free_region(state)
         states = [self._state(int(rid)) for rid in message["batch"]]
+        self._count_restart({s.rid for s in states})
         run, steps = int(message["step"]), int(message.get("steps", 1))
         out: list[list[int]] = [[] for _ in states]
         done = 0
@@ -290,7 +303,14 @@ class DecodeExecutor:
                 self._persist_inline(states)
             done += 1
         tokens = [[s.rid, got] for s, got in zip(states, out, strict=True)]
+        self._last_run = (time.monotonic(), frozenset(s.rid for s in states))
         self.links.emit({"type": "decode_done", "step": run, "steps": done, "tokens": tokens})
+
+    def _count_restart(self, batch: set[int]) -> None:
+        ended_s, previous = self._last_run
+        if previous & batch:  # the batch went on: the time since the last run ended was the restart
+            self.decode_restarts += 1
+            self.decode_restart_s += time.monotonic() - ended_s
 
     def _persist_inline(self, states: list[_DeRequest]) -> None:
         """Oracle (§7.1: I/O takes no time, no persist commands): every whole block is written (unpaced)

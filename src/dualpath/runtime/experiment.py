@@ -66,6 +66,7 @@ def demo_row(summary: dict) -> dict[str, object]:
         "tokens_per_s": summary["tokens_per_s"],
         "snic_utilisation": snic_utilisation(summary),
         "snic_read_bytes": {node: d["rx"] for node, d in summary["snic"].items()},
+        "scheduler_rates": dict(summary.get("scheduler_rates", {})),  # β and the §6.4 quota's inputs
     }
 
 

@@ -62,6 +62,7 @@ class Engine(Protocol):
     def on_command(self, message: Message) -> None: ...
     def on_notice(self, notice: Notice) -> None: ...
     def load(self) -> dict[str, Any]: ...
+    def stats(self) -> dict[str, float]: ...
     def close(self) -> None: ...
 
 
@@ -322,7 +323,8 @@ def _main_loop(control: zmq.Socket, links: NodeLinks, engine: Engine, stop: thre
                     return
                 engine.on_command(message)
         if time.monotonic() >= next_report:
-            report = {"type": "report", "name": links.name, **engine.load(), "stats": links.stats()}
+            stats = {**links.stats(), **engine.stats()}
+            report = {"type": "report", "name": links.name, **engine.load(), "stats": stats}
             with contextlib.suppress(zmq.ZMQError):
                 send(control, report)
             next_report = time.monotonic() + _REPORT_INTERVAL_S

@@ -32,6 +32,7 @@ from dualpath.runtime.dram import Region
 from dualpath.runtime.kvio import region_layer, scatter_hits, submit_hit_read, usable_hit_tokens
 from dualpath.runtime.model.kv_layout import layer_kv_to_bytes
 from dualpath.runtime.node import NodeLinks
+from dualpath.runtime.os_thread import name_os_thread
 from dualpath.runtime.prefill import run_pipeline
 from dualpath.transfer.types import Notice
 
@@ -119,6 +120,9 @@ class PrefillExecutor:
     def load(self) -> dict[str, Any]:
         return {"read_q_tokens": self.links.snic.read_queue.queued_tokens}
 
+    def stats(self) -> dict[str, float]:
+        return {}
+
     def close(self) -> None:
         self._steps.put(None)
         self._io.shutdown(wait=False, cancel_futures=True)
@@ -126,6 +130,7 @@ class PrefillExecutor:
 
     # ---- the forward --------------------------------------------------------------------------------
     def _work(self) -> None:
+        name_os_thread("pe-worker")  # the engine thread, as calibration and profilers see it
         while (message := self._steps.get()) is not None:
             self._step(message)
 

@@ -53,6 +53,18 @@ class ServeMetrics:
             ["node"],
             registry=self.registry,
         )
+        self.decode_restarts = Gauge(
+            "dualpath_decode_restarts_total",
+            "Decode runs that continued the batch of the run before (a DE's counter)",
+            ["node"],
+            registry=self.registry,
+        )
+        self.decode_restart = Gauge(
+            "dualpath_decode_restart_seconds_total",
+            "Time from the end of a decode run to the start of the next that continued its batch",
+            ["node"],
+            registry=self.registry,
+        )
         self.requests = Counter(
             "dualpath_requests",
             "Requests served, by the side that read their KV",
@@ -82,6 +94,9 @@ class ServeMetrics:
         self.read_queue.labels(node_id).set(stats.get("read_q_tokens", 0.0))
         self.read_wait.labels(node_id).set(stats.get("snic_read_wait_s", 0.0))
         self.snic_rate.labels(node_id).set(stats.get("snic_bytes_per_s", 0.0))
+        if "decode_restarts" in stats:
+            self.decode_restarts.labels(node_id).set(stats["decode_restarts"])
+            self.decode_restart.labels(node_id).set(stats.get("decode_restart_s", 0.0))
 
     def set_corrupt_total(self, total: int) -> None:
         self.corrupt.set(total)
@@ -94,6 +109,18 @@ class ServeMetrics:
 
     def text(self) -> bytes:
         return generate_latest(self.registry)
+
+
+def parse_decode_restarts(text: str) -> tuple[float, float]:
+    """(restarts, seconds) summed over the DEs of a /metrics page."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    totals = {"dualpath_decode_restarts_total": 0.0, "dualpath_decode_restart_seconds_total": 0.0}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name in totals:
+                totals[sample.name] += sample.value
+    return totals["dualpath_decode_restarts_total"], totals["dualpath_decode_restart_seconds_total"]
 
 
 def parse_snic(text: str) -> dict[str, dict[str, float]]:

@@ -273,7 +273,12 @@ class SchedulerBackend:
         return self.scheduler.is_ready()
 
     def health_info(self) -> dict[str, Any]:
-        return {**self.scheduler.model_info, "mode": self.scheduler.mode, "cluster": self.scheduler.spec.name}
+        info = {**self.scheduler.model_info, "mode": self.scheduler.mode, "cluster": self.scheduler.spec.name}
+        driver = self.scheduler.driver
+        if driver is not None:  # the scheduler's constants the PEs measured at start-up (A.4 "profiled")
+            info["prefill_tokens_per_s"] = driver.config.prefill_tokens_per_s
+            info["attention_s_per_token_pair"] = driver.config.attention_s_per_token_pair
+        return info
 
     def metrics_text(self) -> bytes:
         return self.scheduler.metrics.text()

@@ -393,7 +393,7 @@ class Simulation:
         step = _Step(c, now, compute_s, last_layer_s)
         self._steps[c.node_id] = step
         if self.mode.skip_io:
-            self.sim.schedule(step.compute_s, self._compute_done, step)
+            self._start_compute(step)
             return
         for size, path in self._hops(c, "load"):
             step.loads += 1
@@ -402,6 +402,10 @@ class Simulation:
             self._start_outs(step)
         if not step.loads:
             self._loads_finished(step)
+
+    def _start_compute(self, step: _Step) -> None:
+        """Oracle: no loads, the forward's compute alone (a hook: the twin shares the host's cores)."""
+        self.sim.schedule(step.compute_s, self._compute_done, step)
 
     def _attention_balance(self, attention: list[float]) -> None:
         """Paper Fig. 14: max over the node's GPUs of attention time / the mean, for this step."""

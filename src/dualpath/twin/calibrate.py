@@ -24,7 +24,7 @@ import platform
 import statistics
 import time
 import tomllib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -56,6 +56,8 @@ CPU_PCIE_BYTES_PER_S = 1e15
 CALIBRATION_FORMAT = 1
 # Prompt lengths for the HTTP legs: the scaled 64K trace's prompts run from tens to ~2K tokens.
 _HTTP_PROMPT_TOKENS = (16, 512, 2048)
+# The modes `validate` and `demo` compare; each gets in-situ CPU factors (twin/calibration_runtime.py).
+RUNTIME_MODES = ("basic", "dualpath", "oracle")
 
 
 class CalibrationError(ValueError):
@@ -85,6 +87,7 @@ class CalibrationOverheads:
     sse_chunk_cpu_s: float = 0.0  # CPU of server + client per further streamed chunk
     prefill_python_s: float = 0.0  # PE forward CPU beyond its layers and head, per forward
     prefill_python_s_per_item: float = 0.0  # the same, per request in the forward
+    prefill_python_s_per_cached_token: float = 0.0  # the same, per cached row loaded (copies, bytes)
     control_cpu_s: float = 0.0  # CPU of one control message: encode, ZeroMQ send and receive, decode
 
 
@@ -98,6 +101,8 @@ class Calibration:
     parameters: dict[str, float] = field(default_factory=dict)  # fitted numbers behind the curves
     measurements: dict[str, Any] = field(default_factory=dict)
     meta: dict[str, Any] = field(default_factory=dict)
+    # In-situ CPU factors per mode and thread group (twin/calibration_runtime.py); empty: not measured.
+    runtime_cpu: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
 # ---- measuring ------------------------------------------------------------------------------------
@@ -251,7 +256,16 @@ def fit_measurements(
         parameters=parameters,
         measurements=dict(measurements),
         meta=dict(meta or {}),
+        runtime_cpu=_runtime_cpu_factors(m),
     )
+
+
+def _runtime_cpu_factors(m: Mapping[str, Any]) -> dict[str, dict[str, float]]:
+    """Per mode: measured ÷ charged CPU per thread group, from the stored in-situ numbers (if any)."""
+    from dualpath.twin.calibration_runtime import factors
+
+    stored = m.get("runtime_cpu", {})
+    return {mode: factors(d["measured_cpu_s"], d["charged_cpu_s"]) for mode, d in stored.items()}
 
 
 def _runtime_path_terms(m: Mapping[str, Any]) -> dict[str, float]:
@@ -331,6 +345,7 @@ def calibration_document(calibration: Calibration) -> dict[str, Any]:
             "parameters": dict(calibration.parameters),
         },
         "measurements": calibration.measurements,
+        "runtime_cpu": calibration.runtime_cpu,
     }
 
 
@@ -389,6 +404,10 @@ def load_calibration(path: str | Path) -> Calibration:
         parameters=parameters,
         measurements=doc.get("measurements", {}),
         meta=doc.get("meta", {}),
+        runtime_cpu={
+            mode: {g: float(v) for g, v in groups.items()}
+            for mode, groups in doc.get("runtime_cpu", {}).items()
+        },
     )
 
 
@@ -402,12 +421,13 @@ def calibrate(
     threads: int = 1,
     tick: Tick | None = None,
     store_dir: Path | None = None,
+    runtime_modes: Sequence[str] = RUNTIME_MODES,
 ) -> Calibration:
-    """Measure and fit. `threads`: torch threads, 1 by default as in a node process (runtime/node.py)."""
+    """Measure and fit. `threads`: torch threads, 1 by default as in a node process (runtime/node.py).
+    `runtime_modes`: modes whose in-situ CPU factors are measured on a local cluster (none: skip)."""
     started = time.perf_counter()
-    measurements = measure(
-        cluster, quick=quick, threads=threads, tick=tick or (lambda _: None), store_dir=store_dir
-    )
+    tick = tick or (lambda _: None)
+    measurements = measure(cluster, quick=quick, threads=threads, tick=tick, store_dir=store_dir)
     import torch
 
     meta = {
@@ -421,7 +441,29 @@ def calibrate(
         "cluster": cluster.name,
         "duration_s": time.perf_counter() - started,
     }
-    return fit_measurements(load_model(cluster.model), measurements, meta=meta)
+    calibration = fit_measurements(load_model(cluster.model), measurements, meta=meta)
+    if runtime_modes:
+        measurements["runtime_cpu"] = measure_in_situ(cluster, calibration, runtime_modes, tick)
+        meta["duration_s"] = time.perf_counter() - started
+        calibration = fit_measurements(load_model(cluster.model), measurements, meta=meta)
+    return calibration
+
+
+def measure_in_situ(
+    cluster: RuntimeClusterSpec, calibration: Calibration, modes: Sequence[str], tick: Tick
+) -> dict[str, dict[str, dict[str, float]]]:
+    """Per mode: the runtime's CPU per thread group on the training trace and what the twin charges."""
+    from dualpath.runtime.cluster import dump_cluster
+    from dualpath.twin.calibration_runtime import measure_runtime_cpu, twin_cpu_s
+
+    measured = measure_runtime_cpu(dump_cluster(cluster), modes, tick)
+    return {
+        mode: {
+            "measured_cpu_s": measured[mode],
+            "charged_cpu_s": twin_cpu_s(cluster, calibration, mode, measured[mode]),
+        }
+        for mode in modes
+    }
 
 
 def _cpu_count() -> int:
@@ -430,11 +472,11 @@ def _cpu_count() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
-def num_steps(quick: bool) -> int:
-    """Progress-bar total: one tick per measured shape or link."""
-    from dualpath.twin.calibration_forward import ITEM_COUNTS
+def num_steps(quick: bool, runtime_modes: int = len(RUNTIME_MODES)) -> int:
+    """Progress-bar total: one tick per measured shape or link, and per in-situ mode."""
+    from dualpath.twin.calibration_forward import CACHED_TOKENS, ITEM_COUNTS
     from dualpath.twin.calibration_model import FULL_GRID, QUICK_GRID
 
-    forward_python = 2 * len(ITEM_COUNTS)  # layerwise and whole-KV forwards
+    forward_python = 2 * len(ITEM_COUNTS) * len(CACHED_TOKENS)  # layerwise and whole-KV forwards
     http = len(_HTTP_PROMPT_TOKENS) + 1  # + the streamed chunks
-    return (QUICK_GRID if quick else FULL_GRID).num_points() + 20 + forward_python + http
+    return (QUICK_GRID if quick else FULL_GRID).num_points() + 20 + forward_python + http + runtime_modes

@@ -23,7 +23,9 @@ def cached_calibration(
     path = folder / f"calibration-{spec.name}.toml"
     if path.is_file():
         try:
-            return load_calibration(path)
+            cached = load_calibration(path)
+            if cached.runtime_cpu:  # written before the in-situ factors: measure again
+                return cached
         except CalibrationError:
             pass  # an old or broken cache: measure again
     say(f"[twin] calibrating {spec.name} (quick, cached in {path}) ...")
@@ -44,7 +46,8 @@ def add_predictions(
     spec = load_cluster(config)
     trajectories = trace_rounds(options)
     for row in rows:
-        predicted, _ = predict(spec, cal, str(row["mode"]), trajectories, aps=options.aps, seed=options.seed)
+        predicted, _ = predict(spec, cal, str(row["mode"]), trajectories, aps=options.aps, seed=options.seed,
+                               scheduler_rates=row.get("scheduler_rates"))  # fmt: skip
         for key in ("jct_s", "ttft_mean_s"):
             row[f"predicted_{key}"] = predicted[key]
             row[f"{key}_error_pct"] = error_pct(row[key], predicted[key])

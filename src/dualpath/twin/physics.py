@@ -28,8 +28,7 @@ costs added, each from a calibration measurement (docs/twin.md "What the twin ad
 
 from __future__ import annotations
 
-import heapq
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -42,6 +41,8 @@ from dualpath.sim.agents import Round
 from dualpath.sim.cost import CostModel
 from dualpath.sim.driver import SimConfig, Simulation
 from dualpath.twin.calibrate import CalibrationOverheads
+from dualpath.twin.calibration_runtime import NO_FACTORS
+from dualpath.twin.host_cpu import CpuWork, HostCpu
 
 # A quarter core: what our processes keep even when other jobs used (nearly) every core.
 _MIN_CAPACITY_CORES = 0.25
@@ -58,33 +59,18 @@ class _RuntimeCost:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._base, name)
 
-    def prefill_forward_time_s(self, per_gpu_batches: Sequence[Sequence[Any]]) -> float:
-        fixed_s = self._twin.forward_fixed_s(per_gpu_batches)
-        share = self._twin.cpu_share(starting=1)
-        compute_s = (self._base.prefill_forward_time_s(per_gpu_batches) + fixed_s) * share
-        return compute_s + self._twin.oracle_pe_io_s(per_gpu_batches, compute_s)
-
-    def prefill_layer_time_s(self, per_gpu_batches: Sequence[Sequence[Any]], layer: int) -> float:
-        return self._base.prefill_layer_time_s(per_gpu_batches, layer) * self._twin.cpu_share(starting=1)
-
     def prefill_step_s(
         self, per_gpu_batches: Sequence[Sequence[Any]], layer_index: int
     ) -> tuple[float, float, list[float]]:
-        """The simulator's one-pass step cost (`CostModel.prefill_step_s`) with the same runtime terms."""
+        """The simulator's one-pass step cost (`CostModel.prefill_step_s`) with the runtime's terms, in CPU
+        seconds: the twin runs a forward as CPU work on the PE's thread (`TwinSimulation._submit_forward`)."""
         forward_s, layer_s, attention = self._base.prefill_step_s(per_gpu_batches, layer_index)
-        share = self._twin.cpu_share(starting=1)
-        fixed_s = self._twin.forward_fixed_s(per_gpu_batches)
-        compute_s = (forward_s + fixed_s) * share
-        return compute_s + self._twin.oracle_pe_io_s(per_gpu_batches, compute_s), layer_s * share, attention
+        factor = self._twin.cpu_factors["pe_engine"]
+        return (forward_s + self._twin.forward_fixed_s(per_gpu_batches)) * factor, layer_s * factor, attention
 
     def decode_step_max_s(self, shape: Sequence[tuple[int, int]]) -> float:
-        # The run's control round trip is added per run (`TwinSimulation._decode_start`).
-        return self._base.decode_step_max_s(shape) * self._twin.cpu_share(starting=0)
-
-    def decode_step_time_s(self, batch_size: int, total_context_tokens: int) -> float:
-        step_s = self._base.decode_step_time_s(batch_size, total_context_tokens)
-        # The run's own DE is already marked busy when its step time is asked for.
-        return step_s * self._twin.cpu_share(starting=0)
+        # CPU seconds: a decode run is CPU work on the DE's thread (`TwinSimulation._decode_start`).
+        return float(self._base.decode_step_max_s(shape)) * self._twin.cpu_factors["de_engine"]
 
 
 class TwinSimulation(Simulation):
@@ -97,14 +83,25 @@ class TwinSimulation(Simulation):
         overheads: CalibrationOverheads,
         host_cores: float,
         external_cores: float = 0.0,
+        cpu_factors: Mapping[str, float] | None = None,
     ) -> None:
         self._seed = seed  # read by _arrivals during the base constructor
-        self._own_busy_until_s: list[float] = []  # heap: when each piece of our own CPU work ends
         self._sent_s: dict[int, float] = {}  # agent -> when its client sent the round now in flight
         super().__init__(config, trajectories, seed=seed)
         self.overheads, self.host_cores = overheads, host_cores
         # Other jobs' CPU is capacity we do not get; a floor keeps a saturated host finite.
         self.capacity_cores = max(_MIN_CAPACITY_CORES, host_cores - external_cores)
+        # In-situ factors per thread group (twin/calibration_runtime.py); `NO_FACTORS` where not measured.
+        given = cpu_factors or {}
+        self.cpu_factors = {**NO_FACTORS, **{g: float(v) for g, v in given.items() if g in NO_FACTORS}}
+        self.host_cpu = HostCpu(
+            self.sim, self.capacity_cores, background=self.cpu_factors["background_cores"]
+        )
+        # Between a DE's runs: the in-situ restart wait where measured, else the idle round trip.
+        self.decode_restart_s = float(given.get("decode_restart_s", overheads.control_round_trip_s))
+        # Per PE node, its forward now: (CPU work done, loads done) — a layerwise forward ends when both are.
+        self._forward_state: dict[int, list[bool]] = {}
+        self._decode_work: dict[int, CpuWork] = {}  # per DE node: its running decode run's CPU work
         self.cost = _RuntimeCost(self.cost, self)  # type: ignore[assignment]
         self.max_decode_run_steps = _DEFAULT_DECODE_RUN_STEPS
         self._stall_s: dict[int, float] = {}
@@ -119,57 +116,78 @@ class TwinSimulation(Simulation):
             agent.start_s = start_s
             self.sim.schedule_at(start_s, self._next_round, agent)
 
-    # ---- shared cores --------------------------------------------------------------------------
+    # ---- shared cores (twin/host_cpu.py) ----------------------------------------------------------
     def cpu_share(self, *, starting: int) -> float:
-        prefill = sum(1 for s in self._steps.values() if not s.compute_done)
-        decode = sum(1 for r in self._decode.values() if r.busy)
-        busy = prefill + decode + starting + self.own_running()
-        return max(1.0, busy / self.capacity_cores)
+        """Wall ÷ CPU time of work that starts now with `starting` more threads and keeps that share."""
+        return 1.0 / self.host_cpu.rate(extra=starting)
 
-    def own_running(self) -> int:
-        """Pieces of our own non-engine CPU work (scheduler, API server, client) running now."""
-        now = self.sim.now_s
-        while self._own_busy_until_s and self._own_busy_until_s[0] <= now:
-            heapq.heappop(self._own_busy_until_s)
-        return len(self._own_busy_until_s)
-
-    def _own_cpu(self, cpu_s: float) -> None:
-        """One more runnable thread for `cpu_s` of CPU, stretched by the core share it starts under."""
+    def _own_cpu(self, thread: str, cpu_s: float) -> None:
+        """CPU work of our own non-engine threads: the scheduler/API loop ("serve") or the client."""
         if cpu_s > 0.0:
-            heapq.heappush(self._own_busy_until_s, self.sim.now_s + cpu_s * self.cpu_share(starting=1))
+            self.host_cpu.submit(thread, cpu_s * self.cpu_factors.get(thread, 1.0))
+
+    def _http_cpu(self, cpu_s: float) -> None:
+        """A request's HTTP CPU, calibrated for server and client together: half on each thread."""
+        self._own_cpu("serve", cpu_s / 2)
+        self._own_cpu("client", cpu_s / 2)
+
+    def _start_compute(self, step: Any) -> None:
+        """Oracle forward: the hit's store read and the compute as CPU on the PE's thread, then what the
+        CNIC pacing of the cached rows adds beyond the compute (`oracle_pe_io_s`)."""
+        batches = [[(i.cached_tokens, i.new_tokens) for i in b] for b in step.c.batches]
+        read_cpu_s = self.oracle_pe_read_s(batches) * self.cpu_factors["pe_engine"]
+        total_cpu_s = step.compute_s + read_cpu_s
+
+        def computed() -> None:
+            # The compute's share of the wall time so far: the part the CNIC pacing overlaps.
+            wall_s = self.sim.now_s - step.start_s
+            compute_wall_s = wall_s * step.compute_s / total_cpu_s if total_cpu_s > 0 else 0.0
+            self.sim.schedule(
+                max(0.0, self.oracle_pe_io_s(batches, compute_wall_s)), self._compute_done, step
+            )
+
+        self.host_cpu.submit(f"pe{step.c.node_id}", total_cpu_s, computed)
 
     def forward_fixed_s(self, per_gpu_batches: Sequence[Sequence[Any]]) -> float:
         """A PE forward's CPU beyond its layers: head, Python work per forward and item, round trip."""
         o = self.overheads
         items = sum(len(b) for b in per_gpu_batches)
-        python_s = o.prefill_python_s + o.prefill_python_s_per_item * items
+        cached = sum(c for b in per_gpu_batches for c, _ in b)
+        python_s = (
+            o.prefill_python_s
+            + o.prefill_python_s_per_item * items
+            + o.prefill_python_s_per_cached_token * cached
+        )
         return o.prefill_head_s + python_s + o.control_round_trip_s
 
-    def oracle_pe_io_s(self, per_gpu_batches: Sequence[Sequence[Any]], compute_s: float) -> float:
-        """Oracle: what the runtime's PE still moves that the simulator's oracle skips (wall beyond compute).
+    def oracle_pe_read_s(self, per_gpu_batches: Sequence[Sequence[Any]]) -> float:
+        """Oracle: the PE's worker reads each first chunk's hit from the store itself before computing
+        (runtime/pe_executor.py `_resolve` -> `_read`, `inline_io`): one `store_read_op_s` per Full Block
+        + bytes at the FileStore read rate (page-cache warm: CPU on the worker's thread). Items of later
+        chunks are counted as first chunks (an over-count)."""
+        if not self.mode.skip_io:
+            return 0.0
+        bt = self.cluster.scheduler.block_tokens
+        cached = sum(c for batch in per_gpu_batches for c, _ in batch)
+        blocks = sum(-(-c // bt) for batch in per_gpu_batches for c, _ in batch if c > 0)
+        return (
+            blocks * self.overheads.store_read_op_s
+            + cached * self.kv_bytes / self.cluster.hardware.storage_bytes_per_s
+        )
 
-        runtime/pe_executor.py with `inline_io`: a forward's item with cached rows first reads its hit
-        from the store on the reader (`_resolve` -> `_read`: one `store_read_op_s` per Full Block + bytes at
-        the FileStore read rate), and every layer's cached rows then cross the PE CNIC (`cnic.rx.transmit`,
-        loopback or from the DE) at the calibrated CNIC rate, one layer ahead of compute
-        (`run_pipeline`): wall = l + (L - 1) max(l, c) + c for per-layer load l and compute c. Items of
-        later chunks are counted as first chunks (their rows also cross the PE CNIC; the store read is
-        then an over-count).
-        """
+    def oracle_pe_io_s(self, per_gpu_batches: Sequence[Sequence[Any]], compute_s: float) -> float:
+        """Oracle: what the PE's pipeline adds beyond its compute: every layer's cached rows cross the PE
+        CNIC (`cnic.rx.transmit`, loopback or from the DE) at the calibrated CNIC rate, one layer ahead of
+        compute (`run_pipeline`): wall = l + (L - 1) max(l, c) + c for per-layer load l and compute c."""
         if not self.mode.skip_io:
             return 0.0
         cached = sum(c for batch in per_gpu_batches for c, _ in batch)
         if cached <= 0:
             return 0.0
-        hw, o = self.cluster.hardware, self.overheads
         layers = self.cluster.model.num_layers
-        bt = self.cluster.scheduler.block_tokens
-        blocks = sum(-(-c // bt) for batch in per_gpu_batches for c, _ in batch if c > 0)
-        read_s = blocks * o.store_read_op_s + cached * self.kv_bytes / hw.storage_bytes_per_s
-        load_s = cached * self.kv_bytes / layers / hw.cnic_bytes_per_s
+        load_s = cached * self.kv_bytes / layers / self.cluster.hardware.cnic_bytes_per_s
         layer_s = compute_s / layers
-        pipelined_s = load_s + (layers - 1) * max(load_s, layer_s) + layer_s
-        return read_s + pipelined_s - compute_s
+        return load_s + (layers - 1) * max(load_s, layer_s) + layer_s - compute_s
 
     # ---- the client's HTTP legs (calibration_http) --------------------------------------------------
     def _next_round(self, agent: Any) -> None:
@@ -179,7 +197,7 @@ class TwinSimulation(Simulation):
         o = self.overheads
         prompt = agent.context_tokens + agent.rounds[agent.next_round][0]
         self._sent_s[agent.agent_id] = self.sim.now_s
-        self._own_cpu(o.http_cpu_s + o.http_cpu_s_per_prompt_token * prompt)
+        self._http_cpu(o.http_cpu_s + o.http_cpu_s_per_prompt_token * prompt)
         leg_s = (o.http_leg_s + o.http_leg_s_per_prompt_token * prompt) * self.cpu_share(starting=1)
         if leg_s > 0.0:
             self.sim.schedule(leg_s, self._arrive, agent)
@@ -195,20 +213,33 @@ class TwinSimulation(Simulation):
     def _start_step(self, c: cmd.StartPrefillStep) -> None:
         # The scheduler's step message and the node's completion; each item's first token streamed.
         items = sum(len(b) for b in c.batches)
-        self._own_cpu(2 * self.overheads.control_cpu_s + items * self.overheads.sse_chunk_cpu_s)
-        super()._start_step(c)
-        self._retime_decode()
+        self._own_cpu("serve", 2 * self.overheads.control_cpu_s + items * self.overheads.sse_chunk_cpu_s)
+        self._forward_state[c.node_id] = [False, False]
+        super()._start_step(
+            c
+        )  # oracle: `_start_compute`; else the loads, and `_loads_finished` at once if none
+        step = self._steps[c.node_id]
+        if c.layerwise and not self.mode.skip_io:  # layer i computes as its load lands: from the start
+            self._submit_forward(step)
 
-    def _compute_done(self, step: Any) -> None:
-        super()._compute_done(step)
-        self._retime_decode()
+    def _submit_forward(self, step: Any) -> None:
+        self.host_cpu.submit(f"pe{step.c.node_id}", step.compute_s, lambda: self._forward_computed(step))
 
-    def _retime_decode(self) -> None:
-        """A forward started or ended: the running decode runs end at their next step boundary and
-        restart with the new core share (the same cut a joiner makes)."""
-        for node, run in self._decode.items():
-            if run.busy:
-                self._decode_changed(cmd.DecodeChanged(node_id=node))
+    def _forward_computed(self, step: Any) -> None:
+        state = self._forward_state[step.c.node_id]
+        state[0] = True
+        if state[1] or not step.c.layerwise:
+            self._compute_done(step)
+
+    def _loads_finished(self, step: Any) -> None:
+        """Whole KV (Basic): the forward's CPU starts now. Layerwise: its CPU started with the step; once
+        it is done, the last layer still waits for its load, then computes (`engine.pipeline`'s form)."""
+        state = self._forward_state[step.c.node_id]
+        state[1] = True
+        if not step.c.layerwise:
+            self._submit_forward(step)
+        elif state[0]:
+            self.sim.schedule(step.last_layer_s / self.host_cpu.rate(extra=1), self._compute_done, step)
 
     # ---- store writes ----------------------------------------------------------------------------
     # runtime/persist.py `PipelinedWriter` (runtime 9637f57): one thread paces the blocks on the SNIC
@@ -275,13 +306,36 @@ class TwinSimulation(Simulation):
         if run.busy:  # runtime/driver.py `_decode_next` (9637f57): one message per run of <= N steps
             # The run's message and completion, and one streamed chunk per request of its batch.
             batch = len(self.core.decode_shape(node))
-            self._own_cpu(2 * self.overheads.control_cpu_s + batch * self.overheads.sse_chunk_cpu_s)
-            self.sim.cancel(run.handle)
+            self._own_cpu("serve", 2 * self.overheads.control_cpu_s + batch * self.overheads.sse_chunk_cpu_s)
+            self.sim.cancel(run.handle)  # type: ignore[arg-type]
             run.steps = max(1, min(run.steps, self.max_decode_run_steps))
-            # The run's message and completion, spread over its steps so a cut at a step boundary
-            # (`_decode_changed`) keeps the same step length.
-            run.step_s += self.overheads.control_round_trip_s * self.cpu_share(starting=0) / run.steps
-            run.handle = self.sim.schedule(run.steps * run.step_s, self._decode_event, node)
+            # run.step_s is the step's CPU seconds here (`_RuntimeCost.decode_step_max_s`); the run is
+            # CPU work on the DE's thread, then the completion's trip back to the scheduler.
+            self._decode_work[node] = self.host_cpu.submit(
+                f"de{node}", run.steps * run.step_s, lambda: self._decode_computed(node)
+            )
+
+    def _decode_computed(self, node: int) -> None:
+        del self._decode_work[node]
+        self.sim.schedule(self.decode_restart_s, self._decode_ran, node)
+
+    def _decode_ran(self, node: int) -> None:
+        run = self._decode[node]
+        run.step_s = (self.sim.now_s - run.start_s) / run.steps  # wall per step, for back-dated milestones
+        self._decode_event(node)
+
+    def _decode_changed(self, c: cmd.DecodeChanged) -> None:
+        """A joiner waits for the running step's boundary: the run's CPU work ends there."""
+        run, work = self._decode[c.node_id], self._decode_work.get(c.node_id)
+        if not run.busy:
+            self._decode_start(c.node_id)
+            return
+        if work is None or run.step_s <= 0.0:  # computed; its completion is on the way
+            return
+        done = int(self.host_cpu.done_cpu_s(work) / run.step_s)
+        if done + 1 < run.steps:
+            run.steps = done + 1
+            self.host_cpu.set_total(work, run.steps * run.step_s)
 
     def _decode_resume(self, node: int) -> None:
         self._stalled.discard(node)

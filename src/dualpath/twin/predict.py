@@ -8,7 +8,7 @@ Nothing here is fitted to a validate result.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -79,13 +79,26 @@ def runtime_predictor_terms(cost: CostModel) -> tuple[float, float]:
 
 
 def sim_config(
-    spec: RuntimeClusterSpec, cal: Calibration, mode: str, *, aps: float | None = None
+    spec: RuntimeClusterSpec,
+    cal: Calibration,
+    mode: str,
+    *,
+    aps: float | None = None,
+    scheduler_rates: Mapping[str, float] | None = None,
 ) -> SimConfig:
-    """The simulator set up as the runtime's scheduler sets up its core (runtime/scheduler.py driver_config)."""
+    """The simulator set up as the runtime's scheduler sets up its core (runtime/scheduler.py driver_config).
+
+    `scheduler_rates`: the PE's prefill rate and attention cost per token pair as a runtime measured them
+    at start-up (its /health; they set β and the §6.4 quota, so its batches); by default the calibrated
+    cost model's (`runtime_predictor_terms`).
+    """
     from dualpath.runtime.driver import linear_attention_predictor
 
     cluster = sim_cluster(spec, cal)
     prefill_tokens_per_s, pair_s = runtime_predictor_terms(cal.cost_model)
+    if scheduler_rates:
+        prefill_tokens_per_s = float(scheduler_rates.get("prefill_tokens_per_s", prefill_tokens_per_s))
+        pair_s = float(scheduler_rates.get("attention_s_per_token_pair", pair_s))
     s = cluster.scheduler
     # The runtime's driver: α from the configured SNIC rate, β from the PE's measured prefill rate (A.4).
     read_tokens_per_s = spec.snic_bytes_per_s / arch.kv_bytes_per_token(cal.model)
@@ -117,19 +130,28 @@ def predict(
     aps: float | None = None,
     seed: int = 0,
     external_cores: float = 0.0,
+    cpu_factors: Mapping[str, float] | None = None,
+    scheduler_rates: Mapping[str, float] | None = None,
 ) -> tuple[dict[str, Any], SimOutcome]:
-    """Simulate the trace; the result has the runtime summary's keys (`metrics_from_sim`).
+    """Simulate the trace; the result has the runtime summary's keys (`metrics_from_sim`) and
+    `cpu_s_by_thread` (the CPU seconds the twin charged each of our threads).
 
     `external_cores`: cores other jobs used on the host meanwhile (`host_load.HostLoadSampler`); our own
-    processes' CPU is predicted from the calibration (`physics.TwinSimulation`).
+    processes' CPU is predicted from the calibration (`physics.TwinSimulation`). `cpu_factors`: the
+    in-situ factors per thread group (`calibration_runtime`), by default the calibration's for `mode`.
+    `scheduler_rates`: the measured run's scheduler constants (`sim_config`).
     """
+    from dualpath.twin.calibration_runtime import NEAREST_MODE
     from dualpath.twin.physics import TwinSimulation
 
-    sim = TwinSimulation(sim_config(spec, cal, mode, aps=aps), trajectories, seed=seed,
+    if cpu_factors is None:
+        cpu_factors = cal.runtime_cpu.get(mode) or cal.runtime_cpu.get(NEAREST_MODE.get(mode, ""), {})
+    sim = TwinSimulation(sim_config(spec, cal, mode, aps=aps, scheduler_rates=scheduler_rates), trajectories, seed=seed,
                          overheads=cal.overheads, host_cores=host_cores(cal),
-                         external_cores=external_cores)  # fmt: skip
+                         external_cores=external_cores, cpu_factors=cpu_factors)  # fmt: skip
     outcome = sim.run()
     metrics = metrics_from_sim(outcome, spec)
+    metrics["cpu_s_by_thread"] = dict(sorted(sim.host_cpu.cpu_s_by_thread.items()))
     if sim.mode.skip_io:
         _oracle_bytes(metrics, outcome, spec, sim)
     return metrics, outcome

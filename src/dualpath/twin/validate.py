@@ -95,6 +95,7 @@ def measured_metrics(summary: dict[str, Any], rounds: Sequence[Any]) -> dict[str
         "snic_bytes": snic,
         "ttft_series": sorted((r.first_token_s, r.ttft_s) for r in rounds),
         "milestones_mean_s": dict(summary.get("milestones_mean_s", {})),
+        "scheduler_rates": dict(summary.get("scheduler_rates", {})),
     }
 
 
@@ -121,8 +122,11 @@ def validate(
         progress(
             f"[{mode}] simulating the trace on the calibrated twin (other jobs used {external:.2f} cores) ..."
         )
+        # And the run's scheduler constants (β, the §6.4 quota: the PE measured them at start-up), so
+        # that the twin's core batches as the runtime's did: inputs of the run, like its config.
         predicted, _ = predict(spec, cal, mode, trajectories, aps=options.aps, seed=options.seed,
-                               external_cores=external)  # fmt: skip
+                               external_cores=external,
+                               scheduler_rates=measured.get("scheduler_rates"))  # fmt: skip
         out[mode] = ModeResult(mode=mode, measured=measured, predicted=predicted)
     return out
 

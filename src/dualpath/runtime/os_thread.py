@@ -1,0 +1,29 @@
+"""Give the calling thread its name at the OS level too (Linux `prctl(PR_SET_NAME)`), so that `top -H`,
+`py-spy` and /proc/PID/task/TID/stat show which thread of a node is its engine.
+
+Python names threads for itself only; the kernel keeps the process's name for every thread. The twin's
+calibration (`twin/calibration_runtime.py`) tells a node's engine thread from its I/O threads by this
+name. A no-op where the call is not available (not Linux, no libc).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import sys
+
+_PR_SET_NAME = 15
+_MAX_NAME_BYTES = 15  # the kernel's TASK_COMM_LEN is 16 with the terminating zero
+
+ENGINE_THREAD_NAMES = ("pe-worker", "de-decode")
+
+
+def name_os_thread(name: str) -> bool:
+    """Set the calling thread's OS name (truncated to 15 bytes); True when it was set."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        return int(libc.prctl(_PR_SET_NAME, name.encode()[:_MAX_NAME_BYTES], 0, 0, 0)) == 0
+    except (OSError, AttributeError):
+        return False

@@ -1,0 +1,201 @@
+"""In situ: the CPU the runtime's threads spend on a training trace, against what the twin charges for it.
+
+The kernel and code-path measurements (`calibration_model`, `calibration_forward`, `calibration_http`) time
+each piece alone on an idle core. A running cluster spends more: its kernels run with cold caches between
+the other threads' slices, its I/O threads copy and checksum what the twin prices as link time, and its
+scheduler, API and client do more per request than a no-op backend shows (measured: docs/twin.md "Where
+the CPU went"). So `calibrate` also replays a *training* trace — the validate trace's profile and
+concurrency, but another seed and only `TRAINING_ROUNDS` rounds, so never the trace a validation
+replays — on a fresh local cluster per mode, and reads every thread's CPU time from /proc before and
+after the replay. Threads are grouped by what the twin models:
+
+    pe_engine   the PE's forward worker (OS thread name `pe-worker`, runtime/os_thread.py)
+    pe_io       every other thread of the PE's process (I/O, sends, notices, ZeroMQ, its main loop)
+    de_engine   the DE's decode loop (`de-decode`)
+    de_io       every other thread of a DE's process (H2D, persists, commits, reads, sends, ...)
+    serve       the scheduler + API process
+    client      the load generator (the calibrating process while it replays)
+
+It also reads the DEs' decode-run restart counters from /metrics (runtime/de_executor.py: from the end
+of a run to the start of the next that continues its batch: the completion's trip to the scheduler, its
+handling and the next command's trip back, each a thread wake-up on busy cores), whose mean replaces the
+idle control round trip between a DE's runs.
+
+The twin then runs the same training trace (`twin_cpu_s`). The engines and the client do work per piece
+(a forward, a decode step, a request): their factor is measured ÷ charged, and `TwinSimulation` multiplies
+each piece it charges by it. The nodes' I/O threads and the scheduler work all the time (reports every
+20 ms, polls, copies beside the link pacing, periodic fetches): their CPU per second of the replay
+(the scheduler's beyond what the twin charges for its messages) is a background load of our own on the
+host's cores (twin/physics.py, twin/host_cpu.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from dualpath.runtime.os_thread import ENGINE_THREAD_NAMES
+from dualpath.runtime.prom import parse_decode_restarts
+from dualpath.twin.host_load import clock_ticks_per_s, descendants
+
+Tick = Callable[[str], None]
+
+_REPORT_WAIT_S = 0.1  # a few node report intervals (runtime/node.py: 20 ms)
+TRAINING_SEED = 1_000_003  # never a validate default
+TRAINING_AGENTS = 16  # the validate default's concurrency: the same contention
+TRAINING_ROUNDS = 5
+MODES = ("basic", "dualpath", "oracle")
+GROUPS = ("pe_engine", "pe_io", "de_engine", "de_io", "serve", "client")
+# Without an in-situ measurement the twin charges what the code-path measurements say: engines, scheduler
+# and client as measured alone, no CPU for the nodes' I/O threads.
+NO_FACTORS = {"pe_engine": 1.0, "de_engine": 1.0, "client": 1.0, "background_cores": 0.0}
+# Work per piece the twin charges (a forward, a decode step, a request's client side): a factor on it.
+PER_PIECE = ("pe_engine", "de_engine", "client")
+# Work that goes on all the time (reports every 20 ms, I/O threads polling and copying, the scheduler's
+# ticks): cores in the background, what it used per second of the replay.
+BACKGROUND = ("pe_io", "de_io", "serve")
+RATE_KEYS = ("prefill_tokens_per_s", "attention_s_per_token_pair")
+# A mode without a training run of its own takes the factors of the mode whose runtime path it shares.
+NEAREST_MODE = {"layerwise": "basic", "dualpath-rr": "dualpath"}
+
+
+def _thread_ticks(pid: int) -> dict[int, tuple[str, int]]:
+    """Per thread of process `pid`: (OS thread name, utime + stime ticks)."""
+    out = {}
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return out
+    for task in tasks:
+        try:
+            stat = (task / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        out[int(task.name)] = (
+            stat[stat.index("(") + 1 : stat.rindex(")")],
+            int(fields[11]) + int(fields[12]),
+        )
+    return out
+
+
+def _role(pid: int, root: int) -> str | None:
+    """client (the root), serve, pe or de (a node process, by its --name), else None."""
+    if pid == root:
+        return "client"
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return None
+    if b"dualpath.runtime.node_main" in argv and b"--name" in argv:
+        name = argv[argv.index(b"--name") + 1].decode()
+        return "pe" if name.startswith("p") else "de"
+    return "serve" if b"serve" in argv else None
+
+
+def snapshot(root: int) -> dict[tuple[int, int], tuple[str, int]]:
+    """(pid, tid) -> (group, ticks) for every thread of `root` and its descendants that has a group."""
+    out = {}
+    for pid in [root, *descendants(root)]:
+        role = _role(pid, root)
+        if role is None:
+            continue
+        for tid, (name, ticks) in _thread_ticks(pid).items():
+            if role in ("pe", "de"):
+                group = f"{role}_engine" if name in ENGINE_THREAD_NAMES else f"{role}_io"
+            else:
+                group = role
+            out[(pid, tid)] = (group, ticks)
+    return out
+
+
+def cpu_by_group(
+    before: Mapping[tuple[int, int], tuple[str, int]], after: Mapping[tuple[int, int], tuple[str, int]]
+) -> dict[str, float]:
+    """CPU seconds per group between two snapshots (a thread born meanwhile counts from zero)."""
+    out = dict.fromkeys(GROUPS, 0.0)
+    hz = clock_ticks_per_s()
+    for key, (group, ticks) in after.items():
+        out[group] += max(0, ticks - before.get(key, (group, 0))[1]) / hz
+    return out
+
+
+def training_options() -> Any:
+    from dualpath.runtime.bench import BenchOptions
+
+    return BenchOptions(dataset="64k", agents=TRAINING_AGENTS, max_rounds=TRAINING_ROUNDS, seed=TRAINING_SEED)
+
+
+def measure_runtime_cpu(config_toml: str, modes: Sequence[str], tick: Tick) -> dict[str, dict[str, float]]:
+    """Per mode: CPU seconds per group over a replay of the training trace on a fresh cluster."""
+    from dualpath.runtime.bench import make_plans
+    from dualpath.runtime.launcher import ServeProcess
+    from dualpath.runtime.loadgen import run_bench
+
+    with tempfile.TemporaryDirectory(prefix="dualpath-calibration-") as folder:
+        config = Path(folder) / "cluster.toml"
+        config.write_text(config_toml)
+        plans = make_plans(training_options())
+        out = {}
+        for mode in modes:
+            tick(f"runtime {mode}")
+            store = Path(folder) / f"store-{mode}"
+            store.mkdir()
+            with ServeProcess(str(config), mode=mode, store_dir=store) as server:
+                health = httpx.get(f"{server.url}/health", timeout=10).json()
+                before = snapshot(os.getpid())
+                result = asyncio.run(
+                    run_bench(server.url, plans, vocab_size=256, seed=TRAINING_SEED, progress=False)
+                )
+                out[mode] = cpu_by_group(before, snapshot(os.getpid()))
+                out[mode]["wall_s"] = result.wall_s
+                time.sleep(_REPORT_WAIT_S)  # the DEs' last reports reach /metrics
+                restarts, restart_s = parse_decode_restarts(
+                    httpx.get(f"{server.url}/metrics", timeout=10).text
+                )
+                out[mode]["decode_restarts"], out[mode]["decode_restart_s"] = restarts, restart_s
+                for key in RATE_KEYS:  # the run's scheduler constants, for the twin's replay of it
+                    out[mode][key] = float(health.get(key, 0.0))
+    return out
+
+
+def twin_cpu_s(spec: Any, calibration: Any, mode: str, measured: Mapping[str, float]) -> dict[str, float]:
+    """CPU seconds per group the twin charges for the training trace (no factors, an idle host, the
+    training run's scheduler constants)."""
+    from dualpath.twin.predict import predict
+    from dualpath.twin.validate import trace_rounds
+
+    rates = {k: measured[k] for k in RATE_KEYS if measured.get(k, 0.0) > 0.0}
+    metrics, _ = predict(spec, calibration, mode, trace_rounds(training_options()), seed=TRAINING_SEED,
+                         cpu_factors={}, scheduler_rates=rates)  # fmt: skip
+    by_thread = metrics["cpu_s_by_thread"]
+    pe = sum(v for k, v in by_thread.items() if k.startswith("pe") and not k.endswith("-io"))
+    de = sum(v for k, v in by_thread.items() if k.startswith("de") and not k.endswith("-io"))
+    return {"pe_engine": pe, "pe_io": pe, "de_engine": de, "de_io": de,
+            "serve": by_thread.get("serve", 0.0), "client": by_thread.get("client", 0.0)}  # fmt: skip
+
+
+def factors(measured: Mapping[str, float], charged: Mapping[str, float]) -> dict[str, float]:
+    """What the twin takes from a training replay:
+
+    - per piece (`PER_PIECE`): measured ÷ charged CPU, a factor on each piece the twin charges;
+    - `background_cores`: the I/O threads' CPU and the scheduler's beyond its charged messages, per second
+      of the replay (they work all the time: reports, polls, copies beside the links);
+    - `decode_restart_s`: the mean time a DE waited between runs of a continuing batch (where measured).
+    """
+    out = {g: (measured[g] / charged[g] if charged.get(g, 0.0) > 0.0 else NO_FACTORS[g]) for g in PER_PIECE}
+    wall_s = measured.get("wall_s", 0.0)
+    extra_cpu_s = (
+        measured["pe_io"] + measured["de_io"] + max(0.0, measured["serve"] - charged.get("serve", 0.0))
+    )
+    out["background_cores"] = extra_cpu_s / wall_s if wall_s > 0.0 else 0.0
+    if measured.get("decode_restarts", 0.0) > 0.0:
+        out["decode_restart_s"] = measured["decode_restart_s"] / measured["decode_restarts"]
+    return out

@@ -1,0 +1,86 @@
+"""The in-situ part of calibration (twin/calibration_runtime.py) and how the twin uses it (twin/physics.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+from dualpath.runtime.cluster import RuntimeClusterSpec
+from dualpath.runtime.os_thread import name_os_thread
+from dualpath.runtime.prom import ServeMetrics, parse_decode_restarts
+from dualpath.twin import load_calibration
+from dualpath.twin.calibration_runtime import NO_FACTORS, _thread_ticks, cpu_by_group, factors
+from dualpath.twin.predict import predict
+
+CALIBRATION = Path(__file__).parent / "data" / "cal-cpu.toml"
+TRACE = [[(150 + 40 * a, 5), (12, 4), (8, 3)] for a in range(6)]
+
+
+def _measured(**over: float) -> dict[str, float]:
+    base = {"pe_engine": 2.0, "pe_io": 0.3, "de_engine": 1.5, "de_io": 0.5, "serve": 0.9, "client": 0.4,
+            "wall_s": 4.0, "decode_restarts": 10.0, "decode_restart_s": 0.05}  # fmt: skip
+    return base | over
+
+
+def test_factors_are_per_piece_ratios_a_background_and_the_mean_restart() -> None:
+    charged = {"pe_engine": 1.0, "pe_io": 1.0, "de_engine": 1.0, "de_io": 1.0, "serve": 0.1, "client": 0.2}
+    f = factors(_measured(), charged)
+    assert f["pe_engine"] == 2.0 and f["de_engine"] == 1.5 and f["client"] == 2.0
+    assert f["background_cores"] == pytest.approx((0.3 + 0.5 + 0.9 - 0.1) / 4.0)
+    assert f["decode_restart_s"] == pytest.approx(0.005)
+    none = factors(_measured(decode_restarts=0.0, wall_s=0.0), dict.fromkeys(charged, 0.0))
+    assert none == {**NO_FACTORS}  # nothing charged, no wall, no restart: the defaults
+
+
+def test_cpu_by_group_counts_what_each_thread_used_between_snapshots() -> None:
+    before = {(1, 1): ("pe_engine", 100), (1, 2): ("pe_io", 10), (2, 2): ("serve", 5)}
+    after = {(1, 1): ("pe_engine", 250), (1, 2): ("pe_io", 10), (2, 2): ("serve", 55), (3, 3): ("client", 20)}
+    got = cpu_by_group(before, after)
+    hz = os.sysconf("SC_CLK_TCK")
+    assert got["pe_engine"] == pytest.approx(150 / hz) and got["serve"] == pytest.approx(50 / hz)
+    assert got["client"] == pytest.approx(20 / hz) and got["pe_io"] == 0.0 and got["de_engine"] == 0.0
+
+
+def test_an_engine_thread_is_known_by_its_os_name() -> None:
+    seen: dict[int, str] = {}
+
+    def engine() -> None:
+        name_os_thread("de-decode")
+        tid = threading.get_native_id()
+        seen[tid] = _thread_ticks(os.getpid())[tid][0]
+
+    t = threading.Thread(target=engine)
+    t.start()
+    t.join()
+    assert list(seen.values()) == ["de-decode"]
+
+
+def test_de_restart_counters_reach_the_metrics_page() -> None:
+    metrics = ServeMetrics()
+    metrics.observe_node("d0", {"decode_restarts": 4.0, "decode_restart_s": 0.02})
+    metrics.observe_node("d1", {"decode_restarts": 1.0, "decode_restart_s": 0.01})
+    metrics.observe_node("p0", {"snic_rx_bytes": 1.0})  # a PE reports none
+    assert parse_decode_restarts(metrics.text().decode()) == (5.0, pytest.approx(0.03))
+
+
+def test_the_twin_charges_the_in_situ_factors_and_background() -> None:
+    cal = load_calibration(CALIBRATION)
+    spec = RuntimeClusterSpec(snic_bytes_per_s=6e6, cnic_bytes_per_s=48e9)
+    cal = dataclasses.replace(cal, overheads=dataclasses.replace(cal.overheads, store_write_op_s=0.0))
+
+    def run(**f: float) -> tuple[float, dict[str, float]]:
+        metrics, _ = predict(spec, cal, "oracle", TRACE, cpu_factors=f)
+        return metrics["jct_s"], metrics["cpu_s_by_thread"]
+
+    base_jct, base_cpu = run()
+    slow_jct, slow_cpu = run(pe_engine=3.0, de_engine=3.0)
+    assert slow_cpu["pe0"] > 2.5 * base_cpu["pe0"] and slow_jct > 1.5 * base_jct
+    # 1.5 of 2 cores kept busy by our background: one engine alone gets 2 / 2.5 of a core, two 2 / 3.5.
+    busy_jct, _ = run(background_cores=1.5)
+    assert busy_jct > 1.3 * base_jct
+    late_jct, _ = run(decode_restart_s=0.05)  # a wait between every two decode runs
+    assert late_jct > base_jct
