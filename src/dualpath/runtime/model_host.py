@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import statistics
 import time
-from collections.abc import Callable
 
 import torch
 
@@ -12,7 +10,6 @@ from dualpath.runtime.model.config import TransformerConfig, config_from_model_s
 from dualpath.runtime.model.transformer import Transformer
 
 _WARMUP_TOKENS = 256  # a prompt long enough that per-call overheads do not dominate the measured rate
-_REPEATS = 3  # the median of three: one slice lost to a neighbour does not set the rate
 
 
 def build_model(name: str, *, device: str, seed: int) -> Transformer:
@@ -24,28 +21,13 @@ def build_model(name: str, *, device: str, seed: int) -> Transformer:
     return Transformer.random(config, seed=seed)
 
 
-def _engine_seconds(fn: Callable[[], object], repeats: int = _REPEATS) -> float:
-    """Median over `repeats` of the engine's own time for `fn()`: the calling thread's CPU time when torch
-    computes on this one thread (a node's engine), else wall time.
-
-    A node measures at start-up, while the other nodes start beside it on the same cores: wall time then
-    read 2,770-8,833 tokens/s across runs of the same cluster, and β and the §6.4 quota moved with it. An
-    engine's speed is its own (a GPU's does not depend on its neighbours); CPU time measures that.
-    """
-    clock = time.thread_time if torch.get_num_threads() == 1 else time.perf_counter
-    samples = []
-    for _ in range(repeats):
-        start = clock()
-        fn()
-        samples.append(clock() - start)
-    return max(statistics.median(samples), 1e-6)
-
-
 def measure_prefill_tokens_per_s(model: Transformer) -> float:
     """β's rate: tokens this engine prefills per second, measured on a warm-up prompt (A.4 "profiled")."""
     ids = torch.arange(_WARMUP_TOKENS) % model.config.vocab_size
     model.prefill(ids)  # first call pays one-time allocations
-    return _WARMUP_TOKENS / _engine_seconds(lambda: model.prefill(ids))
+    start = time.perf_counter()
+    model.prefill(ids)
+    return _WARMUP_TOKENS / max(time.perf_counter() - start, 1e-6)
 
 
 def measure_attention_s_per_token_pair(model: Transformer) -> float:
@@ -55,6 +37,10 @@ def measure_attention_s_per_token_pair(model: Transformer) -> float:
     prefix = model.prefill(torch.arange(cached_tokens) % model.config.vocab_size).kv
     ids = torch.arange(_WARMUP_TOKENS) % model.config.vocab_size
     model.prefill(ids, prefix)  # warm
-    bare_s = _engine_seconds(lambda: model.prefill(ids))
-    over_prefix_s = _engine_seconds(lambda: model.prefill(ids, prefix))
+    start = time.perf_counter()
+    model.prefill(ids)
+    bare_s = time.perf_counter() - start
+    start = time.perf_counter()
+    model.prefill(ids, prefix)
+    over_prefix_s = time.perf_counter() - start
     return max(0.0, over_prefix_s - bare_s) / (_WARMUP_TOKENS * cached_tokens)
