@@ -3,22 +3,22 @@
 `TwinSimulation` is the simulator (`sim.driver.Simulation`, same core, same links) with the runtime's own
 costs added, each from a calibration measurement (docs/twin.md "What the twin adds"):
 
-- Shared cores: every engine is one Python process computing on one torch thread, and the host has
-  `cpu_count` cores. The engines share them with each other, with our own other processes' CPU work
-  (the scheduler's control messages, the API server and load generator per request and per streamed
-  chunk: each is "one more runnable thread" for its calibrated CPU time, predicted here) and with
-  other jobs on the host (`external_cores`: the CPU they consumed meanwhile, measured by
-  `host_load.HostLoadSampler` outside our process tree, is capacity our processes do not get).
-  Processor sharing: work that starts while n of our threads want a core takes
-  max(1, n / (cores - external_cores)) times its calibrated CPU time (calibration times one thread's
-  CPU, i.e. an idle core). The factor is taken when the work starts.
+- Shared cores (`host_cpu.HostCpu`): every engine is one Python process computing on one torch thread,
+  and the host has `cpu_count` cores. Every piece of CPU our processes spend is work on one of our
+  threads (a forward on the PE's, a decode run on the DE's, messages and chunks on the scheduler's, a
+  request's client side on the client's), shared by processor sharing with the cores other jobs left
+  (`external_cores`, measured by `host_load.HostLoadSampler` outside our process tree) and with a
+  background of our own threads that work all the time; CPU seconds are conserved. What each piece
+  costs is its calibrated CPU time (one thread on an idle core) times the in-situ factor of its group
+  (`calibration_runtime`, measured on a training replay of a running cluster).
 - HTTP legs: a round's POST and its first SSE chunk back (`http_leg_s` + per prompt token, measured on
   the real API app with a no-op backend) delay the request's arrival at the scheduler; TTFT counts from
   the client's send.
-- Control round trips: a PE forward and every decode run (up to `max_decode_run_steps` steps, one
-  message) is one message from the scheduler and one completion back (`control_round_trip_s`); a
-  forward also pays its embedding + LM head (`prefill_head_s`, which the cost model's layer terms do
-  not include) and its Python work beyond the layers (`prefill_python_s` + per item).
+- Control round trips: a PE forward pays one message from the scheduler and one completion back
+  (`control_round_trip_s`), its embedding + LM head (`prefill_head_s`, which the cost model's layer
+  terms do not include) and its Python work beyond the layers (`prefill_python_s` + per item + per
+  cached row). Between a DE's decode runs (up to `max_decode_run_steps` steps, one message each) it
+  waits the in-situ `decode_restart_s` (else the idle round trip).
 - Store writes: the runtime's `PipelinedWriter` paces blocks on the SNIC back to back while a small
   pool commits them (`store_write_op_s` each): a persist is done one commit after its last byte.
 - Oracle store writes: with I/O skipped, the DE's writer commits every block that became whole
@@ -215,9 +215,8 @@ class TwinSimulation(Simulation):
         items = sum(len(b) for b in c.batches)
         self._own_cpu("serve", 2 * self.overheads.control_cpu_s + items * self.overheads.sse_chunk_cpu_s)
         self._forward_state[c.node_id] = [False, False]
-        super()._start_step(
-            c
-        )  # oracle: `_start_compute`; else the loads, and `_loads_finished` at once if none
+        # Oracle: `_start_compute`; else the loads start, and `_loads_finished` runs at once if none.
+        super()._start_step(c)
         step = self._steps[c.node_id]
         if c.layerwise and not self.mode.skip_io:  # layer i computes as its load lands: from the start
             self._submit_forward(step)
