@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 
 import pytest
@@ -105,10 +106,13 @@ def make_core(mode: str, *, p: int = 1, d: int = 1, g: int = 2, read_path: str |
     )
 
 
-def drive(core: ClusterCore, requests: list[Request]) -> list[cmd.Command]:
-    """A zero-latency driver: every command completes at once (FIFO), invariants checked each call."""
+def drive(
+    core: ClusterCore, requests: list[Request], pending: list[cmd.Command] | None = None
+) -> list[cmd.Command]:
+    """A zero-latency driver: every command completes at once (FIFO), invariants checked each call.
+    `pending`: commands the caller already took from the core, executed first."""
     seen: list[cmd.Command] = []
-    todo: list[cmd.Command] = []
+    todo: list[cmd.Command] = list(pending or [])
     for r in requests:
         core.submit(r, 0.0)
     todo += core.fetch(0.0)
@@ -191,3 +195,26 @@ def test_decision_log_records_assignments_and_batches() -> None:
     assert sorted(a.request_id for a in core.log.assignments) == list(range(5))
     batched = {i.request_id for b in core.log.batches for i in b.items}
     assert batched == set(range(5))
+
+
+def test_cached_beta_groups_and_waiting_count_match_a_recount_through_a_run() -> None:
+    """`ClusterCore._pe_open` (PE groups with an engine at or under β) and the scheduler's running
+    `waiting` count are caches: a small β sends the group over it and back, and `drive` runs
+    `check_invariants` (which compares both with a recount) after every command."""
+    base = make_core("dualpath", d=2).config
+    core = ClusterCore(
+        dataclasses.replace(base, beta_tokens=200, de_hbm_kv_tokens=200_000, dram_buffer_bytes=2e7),
+        attention_time_s=lambda pairs: sum(n * (c + n) for c, n in pairs) * 1e-7,
+    )
+    reqs = requests(24)
+    assert reqs[0].miss_tokens * 2 > core.config.beta_tokens  # two requests put an engine over β
+    for r in reqs:
+        core.submit(r, 0.0)
+    assert core.scheduler.waiting == 24
+    first = core.fetch(0.0)
+    assert core._pe_open == set()  # both engines of the one PE group over β: the fetch stopped placing
+    core.check_invariants()
+    assert core.scheduler.waiting == core.scheduler.waiting_recount() > 0
+    seen = drive(core, [], first)
+    done = {c.request.request_id for c in seen if isinstance(c, cmd.RequestDone)}
+    assert done == set(range(24)) and core._pe_open == {0} and core.scheduler.waiting == 0

@@ -119,3 +119,75 @@ def test_same_inputs_give_identical_event_order() -> None:
 
     assert trace() == trace()
     assert len(trace()) > 100
+
+
+def _cancel_heavy_trace(sim: Simulator) -> list[tuple[float, int]]:
+    """Events that keep re-scheduling a sibling (cancel + push, as the link network does), with
+    equal times and priorities so that any reordering of ties would show."""
+    out: list[tuple[float, int]] = []
+    handles: dict[int, list[object]] = {}
+
+    def ev(i: int) -> None:
+        out.append((sim.now_s, i))
+        if len(out) > 3000:
+            return
+        for k in range(1, 6):  # a rate change moves several groups' completion events
+            sibling = (i * 7 + k * 11) % 50
+            if sibling == i:
+                continue
+            old = handles.get(sibling)
+            if old is not None:
+                sim.cancel(old)
+            handles[sibling] = sim.schedule(((i + k) * 31 % 5) / 4.0, ev, sibling, priority=k % 2)
+        handles[i] = sim.schedule(((i * 31) % 5) / 4.0 + 0.25, ev, i, priority=i % 2)
+
+    for i in range(50):
+        handles[i] = sim.schedule((i % 4) / 4.0, ev, i, priority=i % 3)
+    sim.run()
+    return out
+
+
+def test_compaction_drops_only_cancelled_entries_and_keeps_the_order() -> None:
+    sim = Simulator()
+    log: list[int] = []
+    handles = [sim.schedule(float(i % 17), log.append, i) for i in range(2000)]
+    for h in handles[::3]:
+        sim.cancel(h)
+    for h in handles[1::3]:
+        sim.cancel(h)
+    # Cancelling a quarter of the live ones again must count each entry once.
+    for h in handles[::3]:
+        sim.cancel(h)
+    assert sim.pending_entries() - sim.cancelled_entries() == len(handles[2::3])
+    assert sim.pending_entries() < len(handles)  # compacted at least once
+    sim.run()
+    expected = sorted(range(2, 2000, 3), key=lambda i: (i % 17, i))
+    assert log == expected
+    assert sim.cancelled_entries() == 0 and sim.pending_entries() == 0
+
+
+def test_compaction_gives_the_same_event_order_as_never_compacting(monkeypatch: pytest.MonkeyPatch) -> None:
+    import dualpath.sim.kernel as kernel
+
+    compacted = _cancel_heavy_trace(Simulator())
+    if not kernel.__file__.endswith(".py"):
+        pytest.skip("the native build fixes COMPACT_MIN_DEAD at compile time")
+    monkeypatch.setattr(kernel, "COMPACT_MIN_DEAD", 10**9)
+    assert _cancel_heavy_trace(Simulator()) == compacted
+    assert len(compacted) > 3000
+
+
+def test_cancelled_count_stays_exact_through_pops_and_next_time() -> None:
+    sim = Simulator()
+    handles = [sim.schedule(float(i), lambda: None) for i in range(10)]
+    for h in handles[:4]:
+        sim.cancel(h)
+    assert sim.cancelled_entries() == 4
+    assert sim.next_time_s() == 4.0  # pops the four cancelled entries at the top
+    assert sim.cancelled_entries() == 0
+    sim.cancel(handles[6])
+    sim.run(until_s=8.0)
+    assert sim.cancelled_entries() == 0
+    sim.run()
+    sim.cancel(handles[9])  # already ran
+    assert sim.cancelled_entries() == 0

@@ -99,6 +99,9 @@ class ClusterCore:
             for n in range(p, p + d)
         }
         self._pe = {e.engine_id: e for node in self.pe_nodes.values() for e in node.engines}
+        # PE groups with an engine at or under β (Algorithm 1's C2 ∪ C3 not empty), kept as compute_tok
+        # changes, so that a fetch need not test every engine of every group (`_all_over_beta`).
+        self._pe_open = {n for n, node in self.pe_nodes.items() if not self._all_over_beta(node)}
         self.readers = {
             n: StorageReader(n, max_inflight_reads=config.max_inflight_reads) for n in range(p + d)
         }
@@ -164,9 +167,10 @@ class ClusterCore:
         for k in range(len(pe_ids)):
             if not self.scheduler.pe_queue_len:
                 break
-            pnode = self.pe_nodes[pe_ids[(self._fetches + k) % len(pe_ids)]]
-            if not round_robin and self._all_over_beta(pnode):
+            node_id = pe_ids[(self._fetches + k) % len(pe_ids)]
+            if not round_robin and node_id not in self._pe_open:
                 continue  # C2 and C3 empty: Algorithm 1 places nothing here (speed only, same decisions)
+            pnode = self.pe_nodes[node_id]
             for a in self.scheduler.fetch_pe_group(pnode.node_id, self._pe_loads(pnode)):
                 out += self._on_assigned(a)
         return out
@@ -177,6 +181,13 @@ class ClusterCore:
         report carries, steers only placements on this group."""
         beta = self.config.beta_tokens
         return all(overloaded(e.compute_tok, beta) for e in node.engines)
+
+    def _note_compute_tok(self, node: PrefillNode) -> None:
+        """An engine of `node` changed its compute_tok: keep `_pe_open` equal to the test it caches."""
+        if self._all_over_beta(node):
+            self._pe_open.discard(node.node_id)
+        else:
+            self._pe_open.add(node.node_id)
 
     def _de_loads(self, node: DecodeNode) -> list[EngineLoad]:
         q = self.readers[node.node_id].read_q_tokens
@@ -209,7 +220,9 @@ class ClusterCore:
 
     def _on_assigned(self, a: Assignment) -> list[Command]:
         request = self._active[a.request_id]
-        self._pe[a.pe_engine].assign(request)
+        pe = self._pe[a.pe_engine]
+        pe.assign(request)
+        self._note_compute_tok(self.pe_nodes[pe.node_id])
         if self.mode.skip_io:
             return self._make_ready(request)
         pe_node, de_node = self.node_of_engine(a.pe_engine), self.node_of_engine(a.de_engine)
@@ -348,6 +361,8 @@ class ClusterCore:
                 if self.buffers[node_id].holds(request.request_id):
                     self.buffers[node_id].release(request.request_id)
                     out += self._admit(node_id)
+        if finished:
+            self._note_compute_tok(node)
         node.busy = False
         node.running = ()
         node.awaiting_out[step_id] = tuple(finished)
@@ -492,5 +507,7 @@ class ClusterCore:
             node.check_invariants()
         for pe in self._pe.values():
             assert pe.seq >= 0 and pe.tok >= 0 and pe.compute_tok >= 0 and len(pe.ready) <= pe.seq
+        assert self._pe_open == {n for n, node in self.pe_nodes.items() if not self._all_over_beta(node)}
+        assert self.scheduler.waiting == self.scheduler.waiting_recount()
         if self.mode.skip_io:
             assert all(pool.used == 0 for pool in self.buffers.values())

@@ -62,6 +62,9 @@ class RequestScheduler:
         self._group_tok = {n: 0 for n in self._de_nodes}  # Σ tok per DE group, last report + routed
         self._global: deque[Request] = deque()
         self._de_queues: dict[int, deque[Request]] = {n: deque() for n in self._de_nodes}
+        # Σ of the DE group queues' lengths: `waiting` runs on every driver poke, and a sum over the
+        # queues would cost O(DE groups) each time (96 at 48P96D).
+        self._de_queued = 0
         self._pe_queue: deque[Request] = deque()
         self._rr_de = 0
         self._de_settled: set[int] = set()  # DE groups whose last fetch left a queue that cannot move
@@ -74,6 +77,10 @@ class RequestScheduler:
 
     @property
     def waiting(self) -> int:
+        return len(self._global) + self._de_queued + len(self._pe_queue)
+
+    def waiting_recount(self) -> int:
+        """`waiting` counted from the queues themselves (checks the running count)."""
         return len(self._global) + sum(map(len, self._de_queues.values())) + len(self._pe_queue)
 
     @property
@@ -120,6 +127,7 @@ class RequestScheduler:
                 assert request.request_id == rid
                 self._group_tok[group] += request.total_tokens
                 self._de_queues[group].append(request)
+                self._de_queued += 1
                 self._de_settled.discard(group)
             queue = self._de_queues[node_id]
             # An empty private queue places nothing (phase 2 would return []): skip building candidates.
@@ -141,6 +149,7 @@ class RequestScheduler:
             placed = []
             for _rid, engine in assign_within_de_group(queue, cands, z_factor=z_factor):
                 placed.append((queue.popleft(), engine))
+                self._de_queued -= 1
             self._de_settled.add(node_id)
         for request, engine in placed:
             request.de_engine = engine

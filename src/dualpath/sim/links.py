@@ -583,7 +583,7 @@ class LinkNetwork:
         if handle is not None:
             if not rate_changed and g.handle_tag == tag:
                 return  # same earliest flow, same rate: its event stands
-            handle[3] = None  # Simulator.cancel: lazy, the entry is skipped when popped
+            self.sim.cancel(handle)  # lazy: skipped when popped, or dropped by the kernel's compaction
         rate = g.rate
         vtime = g.vtime_bytes = g.vtime_bytes + rate * (now_s - g.last_s)
         g.last_s = now_s
