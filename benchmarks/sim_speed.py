@@ -18,6 +18,7 @@ import json
 import os
 import platform
 import resource
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -28,13 +29,30 @@ from dualpath.sim.agents import load_trajectories
 from dualpath.sim.driver import SimConfig, Simulation
 
 
-def case(p: int, d: int, agents: int, mode: str) -> dict[str, Any]:
+def _progress_line(sim: Simulation, wall0: float, every_s: float) -> Any:
+    """A progress callback: one stderr line per `every_s` of wall time (simulated time, events, agents done),
+    so that a long run that is stopped still says how far it got."""
+    last = [wall0]
+
+    def tick(kernel: Any) -> None:
+        now = time.perf_counter()
+        if now - last[0] >= every_s:
+            last[0] = now
+            done = sum(1 for a in sim.agents if a.end_s == a.end_s)
+            print(f"[sim_speed] wall {now - wall0:7.0f} s  simulated {kernel.now_s:7.0f} s  "
+                  f"events {kernel.events_processed:11d}  requests {len(sim.times):8d}  "
+                  f"agents done {done}/{len(sim.agents)}", file=sys.stderr, flush=True)  # fmt: skip
+
+    return tick
+
+
+def case(p: int, d: int, agents: int, mode: str, progress_every_s: float = 0.0) -> dict[str, Any]:
     cluster = load_cluster(hardware="hopper-8x400g", model="deepseek-v3.2", num_prefill_nodes=p,
                            num_decode_nodes=d, overrides=[])  # fmt: skip
     trajectories = load_trajectories("64k", agents, 1)
     wall0, cpu0 = time.perf_counter(), time.process_time()
     sim = Simulation(SimConfig(cluster=cluster, mode=mode), trajectories, seed=1)
-    out = sim.run()
+    out = sim.run(_progress_line(sim, wall0, progress_every_s) if progress_every_s > 0 else None)
     wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
     finished = [a.end_s for a in out.agents if a.end_s == a.end_s]
     return {
@@ -60,13 +78,15 @@ def main() -> None:
     ap.add_argument("--large", action="store_true", help="the 48P96D 48K-agent run instead of 2P4D 2K")
     ap.add_argument("--scale", type=float, default=1.0, help="fraction of agents (and nodes) to run")
     ap.add_argument("--mode", default="dualpath")
+    ap.add_argument("--progress-every", type=float, default=0.0, metavar="S",
+                    help="a progress line on stderr every S seconds of wall time (0: none)")  # fmt: skip
     ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "sim_speed.json")
     a = ap.parse_args()
     p, d, agents = (48, 96, 49_152) if a.large else (2, 4, 2048)
     if a.large and a.scale != 1.0:
         p = max(2, round(p * a.scale))
         d, agents = 2 * p, 1024 * p
-    row = case(p, d, agents, a.mode)
+    row = case(p, d, agents, a.mode, a.progress_every)
     row["scale"] = a.scale
     row["machine"] = (
         f"{platform.machine()} {os.cpu_count()} CPUs, {platform.python_implementation()} {platform.python_version()}"
