@@ -132,21 +132,14 @@ class TwinSimulation(Simulation):
         self._own_cpu("client", cpu_s / 2)
 
     def _start_compute(self, step: Any) -> None:
-        """Oracle forward: the hit's store read and the compute as CPU on the PE's thread, then what the
-        CNIC pacing of the cached rows adds beyond the compute (`oracle_pe_io_s`)."""
+        """Oracle forward: the hit's store read and the compute, as CPU on the PE's thread. (In oracle the
+        node's links are unpaced, runtime/node.py `_UNPACED_BYTES_PER_S`: the cached rows' loopback over
+        the CNIC costs no link time, only the copies, which the in-situ factor carries.)"""
         batches = [[(i.cached_tokens, i.new_tokens) for i in b] for b in step.c.batches]
         read_cpu_s = self.oracle_pe_read_s(batches) * self.cpu_factors["pe_engine"]
-        total_cpu_s = step.compute_s + read_cpu_s
-
-        def computed() -> None:
-            # The compute's share of the wall time so far: the part the CNIC pacing overlaps.
-            wall_s = self.sim.now_s - step.start_s
-            compute_wall_s = wall_s * step.compute_s / total_cpu_s if total_cpu_s > 0 else 0.0
-            self.sim.schedule(
-                max(0.0, self.oracle_pe_io_s(batches, compute_wall_s)), self._compute_done, step
-            )
-
-        self.host_cpu.submit(f"pe{step.c.node_id}", total_cpu_s, computed)
+        self.host_cpu.submit(
+            f"pe{step.c.node_id}", step.compute_s + read_cpu_s, lambda: self._compute_done(step)
+        )
 
     def forward_fixed_s(self, per_gpu_batches: Sequence[Sequence[Any]]) -> float:
         """A PE forward's CPU beyond its layers: head, Python work per forward and item, round trip."""
@@ -174,20 +167,6 @@ class TwinSimulation(Simulation):
             blocks * self.overheads.store_read_op_s
             + cached * self.kv_bytes / self.cluster.hardware.storage_bytes_per_s
         )
-
-    def oracle_pe_io_s(self, per_gpu_batches: Sequence[Sequence[Any]], compute_s: float) -> float:
-        """Oracle: what the PE's pipeline adds beyond its compute: every layer's cached rows cross the PE
-        CNIC (`cnic.rx.transmit`, loopback or from the DE) at the calibrated CNIC rate, one layer ahead of
-        compute (`run_pipeline`): wall = l + (L - 1) max(l, c) + c for per-layer load l and compute c."""
-        if not self.mode.skip_io:
-            return 0.0
-        cached = sum(c for batch in per_gpu_batches for c, _ in batch)
-        if cached <= 0:
-            return 0.0
-        layers = self.cluster.model.num_layers
-        load_s = cached * self.kv_bytes / layers / self.cluster.hardware.cnic_bytes_per_s
-        layer_s = compute_s / layers
-        return load_s + (layers - 1) * max(load_s, layer_s) + layer_s - compute_s
 
     # ---- the client's HTTP legs (calibration_http) --------------------------------------------------
     def _next_round(self, agent: Any) -> None:
