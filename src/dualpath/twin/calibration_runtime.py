@@ -51,16 +51,15 @@ _REPORT_WAIT_S = 0.1  # a few node report intervals (runtime/node.py: 20 ms)
 TRAINING_SEED = 1_000_003  # never a validate default
 TRAINING_AGENTS = 16  # the validate default's concurrency: the same contention
 TRAINING_ROUNDS = 5
-MODES = ("basic", "dualpath", "oracle")
 GROUPS = ("pe_engine", "pe_io", "de_engine", "de_io", "serve", "client")
 # Without an in-situ measurement the twin charges what the code-path measurements say: engines, scheduler
 # and client as measured alone, no CPU for the nodes' I/O threads.
 NO_FACTORS = {"pe_engine": 1.0, "de_engine": 1.0, "client": 1.0, "background_cores": 0.0}
 # Work per piece the twin charges (a forward, a decode step, a request's client side): a factor on it.
 PER_PIECE = ("pe_engine", "de_engine", "client")
-# Work that goes on all the time (reports every 20 ms, I/O threads polling and copying, the scheduler's
-# ticks): cores in the background, what it used per second of the replay.
-BACKGROUND = ("pe_io", "de_io", "serve")
+# Threads that work all the time (reports every 20 ms, polls, copies beside the link pacing), and the
+# scheduler beyond its charged messages: cores in the background, their CPU per second of the replay.
+IO_GROUPS = ("pe_io", "de_io")
 RATE_KEYS = ("prefill_tokens_per_s", "attention_s_per_token_pair")
 # A mode without a training run of its own takes the factors of the mode whose runtime path it shares.
 NEAREST_MODE = {"layerwise": "basic", "dualpath-rr": "dualpath"}
@@ -176,10 +175,12 @@ def twin_cpu_s(spec: Any, calibration: Any, mode: str, measured: Mapping[str, fl
     metrics, _ = predict(spec, calibration, mode, trace_rounds(training_options()), seed=TRAINING_SEED,
                          cpu_factors={}, scheduler_rates=rates)  # fmt: skip
     by_thread = metrics["cpu_s_by_thread"]
-    pe = sum(v for k, v in by_thread.items() if k.startswith("pe") and not k.endswith("-io"))
-    de = sum(v for k, v in by_thread.items() if k.startswith("de") and not k.endswith("-io"))
-    return {"pe_engine": pe, "pe_io": pe, "de_engine": de, "de_io": de,
-            "serve": by_thread.get("serve", 0.0), "client": by_thread.get("client", 0.0)}  # fmt: skip
+    return {
+        "pe_engine": sum(v for k, v in by_thread.items() if k.startswith("pe")),
+        "de_engine": sum(v for k, v in by_thread.items() if k.startswith("de")),
+        "serve": by_thread.get("serve", 0.0),
+        "client": by_thread.get("client", 0.0),
+    }
 
 
 def factors(measured: Mapping[str, float], charged: Mapping[str, float]) -> dict[str, float]:
@@ -192,8 +193,8 @@ def factors(measured: Mapping[str, float], charged: Mapping[str, float]) -> dict
     """
     out = {g: (measured[g] / charged[g] if charged.get(g, 0.0) > 0.0 else NO_FACTORS[g]) for g in PER_PIECE}
     wall_s = measured.get("wall_s", 0.0)
-    extra_cpu_s = (
-        measured["pe_io"] + measured["de_io"] + max(0.0, measured["serve"] - charged.get("serve", 0.0))
+    extra_cpu_s = sum(measured[g] for g in IO_GROUPS) + max(
+        0.0, measured["serve"] - charged.get("serve", 0.0)
     )
     out["background_cores"] = extra_cpu_s / wall_s if wall_s > 0.0 else 0.0
     if measured.get("decode_restarts", 0.0) > 0.0:
