@@ -21,7 +21,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument(
         "--no-runtime",
         action="store_true",
-        help="skip the in-situ CPU factors (replays of a training trace on a local cluster, ~30 s)",
+        help="skip the in-situ CPU factors (replays of a training trace on a local cluster, ~40 s)",
     )
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     p.add_argument("--quiet", action="store_true", help="no progress bar")

@@ -261,7 +261,7 @@ def fit_measurements(
 
 
 def _runtime_cpu_factors(m: Mapping[str, Any]) -> dict[str, dict[str, float]]:
-    """Per mode: measured ÷ charged CPU per thread group, from the stored in-situ numbers (if any)."""
+    """Per mode: the in-situ factors (`calibration_runtime.factors`) from the stored numbers, if any."""
     from dualpath.twin.calibration_runtime import factors
 
     stored = m.get("runtime_cpu", {})
