@@ -76,6 +76,9 @@ def test_the_twin_charges_the_in_situ_factors_and_background() -> None:
         metrics, _ = predict(spec, cal, "oracle", TRACE, cpu_factors=f)
         return metrics["jct_s"], metrics["cpu_s_by_thread"]
 
+    def ttft(**f: float) -> float:
+        return float(predict(spec, cal, "oracle", TRACE, cpu_factors=f)[0]["ttft_mean_s"])
+
     base_jct, base_cpu = run()
     slow_jct, slow_cpu = run(pe_engine=3.0, de_engine=3.0)
     assert slow_cpu["pe0"] > 2.5 * base_cpu["pe0"] and slow_jct > 1.5 * base_jct
@@ -84,3 +87,4 @@ def test_the_twin_charges_the_in_situ_factors_and_background() -> None:
     assert busy_jct > 1.3 * base_jct
     late_jct, _ = run(decode_restart_s=0.05)  # a wait between every two decode runs
     assert late_jct > base_jct
+    assert ttft(decode_restart_s=0.05) > ttft() + 0.03  # and before each forward's compute

@@ -17,8 +17,9 @@ costs added, each from a calibration measurement (docs/twin.md "What the twin ad
 - Control round trips: a PE forward pays one message from the scheduler and one completion back
   (`control_round_trip_s`), its embedding + LM head (`prefill_head_s`, which the cost model's layer
   terms do not include) and its Python work beyond the layers (`prefill_python_s` + per item + per
-  cached row). Between a DE's decode runs (up to `max_decode_run_steps` steps, one message each) it
-  waits the in-situ `decode_restart_s` (else the idle round trip).
+  cached row). Between a DE's decode runs (up to `max_decode_run_steps` steps, one message each), and
+  before a forward's compute starts, the in-situ `decode_restart_s` (else the idle round trip): the
+  same trip from the scheduler to a node's engine thread and back.
 - Store writes: the runtime's `PipelinedWriter` paces blocks on the SNIC back to back while a small
   pool commits them (`store_write_op_s` each): a persist is done one commit after its last byte.
 - Oracle store writes: with I/O skipped, the DE's writer commits every block that became whole
@@ -97,7 +98,9 @@ class TwinSimulation(Simulation):
         self.host_cpu = HostCpu(
             self.sim, self.capacity_cores, background=self.cpu_factors["background_cores"]
         )
-        # Between a DE's runs: the in-situ restart wait where measured, else the idle round trip.
+        # A command's trip to a node's engine thread on busy cores (scheduler -> node main loop -> engine
+        # thread, and the completion back): the in-situ wait between a DE's decode runs, where measured,
+        # else the idle round trip. Charged between a DE's runs and before every forward's compute.
         self.decode_restart_s = float(given.get("decode_restart_s", overheads.control_round_trip_s))
         # Per PE node, its forward now: (CPU work done, loads done) — a layerwise forward ends when both are.
         self._forward_state: dict[int, list[bool]] = {}
@@ -137,9 +140,10 @@ class TwinSimulation(Simulation):
         the CNIC costs no link time, only the copies, which the in-situ factor carries.)"""
         batches = [[(i.cached_tokens, i.new_tokens) for i in b] for b in step.c.batches]
         read_cpu_s = self.oracle_pe_read_s(batches) * self.cpu_factors["pe_engine"]
-        self.host_cpu.submit(
-            f"pe{step.c.node_id}", step.compute_s + read_cpu_s, lambda: self._compute_done(step)
-        )
+        self.sim.schedule(self.decode_restart_s, self._compute_on_pe, step, step.compute_s + read_cpu_s)
+
+    def _compute_on_pe(self, step: Any, cpu_s: float) -> None:
+        self.host_cpu.submit(f"pe{step.c.node_id}", cpu_s, lambda: self._compute_done(step))
 
     def forward_fixed_s(self, per_gpu_batches: Sequence[Sequence[Any]]) -> float:
         """A PE forward's CPU beyond its layers: head, Python work per forward and item, round trip."""
@@ -201,6 +205,10 @@ class TwinSimulation(Simulation):
             self._submit_forward(step)
 
     def _submit_forward(self, step: Any) -> None:
+        """The forward's CPU on the PE's thread, once the step command reached it (`decode_restart_s`)."""
+        self.sim.schedule(self.decode_restart_s, self._forward_on_pe, step)
+
+    def _forward_on_pe(self, step: Any) -> None:
         self.host_cpu.submit(f"pe{step.c.node_id}", step.compute_s, lambda: self._forward_computed(step))
 
     def _forward_computed(self, step: Any) -> None:
