@@ -35,6 +35,11 @@ class PeCandidate:
     compute_tok: int  # miss tokens of its unfinished requests: the GPU work β bounds
     read_q_tokens: int
 
+    def take(self, request: Request) -> None:
+        """`request` assigned here this fetch: its tokens(r) and its miss tokens, kept together."""
+        self.tok += tokens_of(request)
+        self.compute_tok += compute_tokens_of(request)
+
 
 def tokens_of(request: Request) -> int:
     """tokens(r) of Algorithm 1."""
@@ -85,7 +90,6 @@ def assign_prefill_engines(
         pe = choose_prefill_engine(candidates, alpha_tokens=alpha_tokens, beta_tokens=beta_tokens)
         if pe is None:
             break
-        pe.tok += tokens_of(request)
-        pe.compute_tok += compute_tokens_of(request)
+        pe.take(request)
         out.append((request.request_id, pe.engine_id))
     return out

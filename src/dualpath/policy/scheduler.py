@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from dualpath.config.specs import SchedulerSpec
 from dualpath.policy.de_assign import DeCandidate, assign_within_de_group, route_to_de_groups
 from dualpath.policy.decisions import Assignment, DecisionLog
-from dualpath.policy.pe_assign import PeCandidate, choose_prefill_engine, compute_tokens_of, tokens_of
+from dualpath.policy.pe_assign import PeCandidate, choose_prefill_engine
 from dualpath.policy.read_path import ReadPathPolicy
 from dualpath.policy.types import EngineLoad, NodeReadState
 from dualpath.request import Phase, Request
@@ -208,8 +208,7 @@ class RequestScheduler:
                 )
                 if pe is None:
                     break  # C2 and C3 empty: hand what we have to the leader (Alg. 1)
-                pe.tok += tokens_of(request)
-                pe.compute_tok += compute_tokens_of(request)
+                pe.take(request)
                 pe_engine = pe.engine_id
             self._pe_queue.popleft()
             out.append(self._place(request, pe_engine))
