@@ -25,7 +25,7 @@ import statistics
 import time
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -442,10 +442,11 @@ def calibrate(
         "duration_s": time.perf_counter() - started,
     }
     calibration = fit_measurements(load_model(cluster.model), measurements, meta=meta)
-    if runtime_modes:
+    if runtime_modes:  # the twin of this fit replays the training trace; the fit itself stays
         measurements["runtime_cpu"] = measure_in_situ(cluster, calibration, runtime_modes, tick)
         meta["duration_s"] = time.perf_counter() - started
-        calibration = fit_measurements(load_model(cluster.model), measurements, meta=meta)
+        calibration = replace(calibration, measurements=dict(measurements), meta=dict(meta),
+                              runtime_cpu=_runtime_cpu_factors(measurements))  # fmt: skip
     return calibration
 
 

@@ -16,13 +16,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import statistics
 import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 Tick = Callable[[str], None]
@@ -78,12 +76,9 @@ def _serve(port: int) -> None:
 
 def _process_cpu_s(pid: int) -> float:
     """utime + stime of process `pid` in seconds (Linux /proc), 0.0 where unreadable."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return 0.0
-    fields = stat[stat.rindex(")") + 2 :].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    from dualpath.twin.host_load import clock_ticks_per_s, process_cpu_ticks
+
+    return (process_cpu_ticks(pid) or 0) / clock_ticks_per_s()
 
 
 async def _one(client: Any, prompt: list[int], max_tokens: int) -> tuple[float, float, int]:

@@ -43,7 +43,7 @@ import httpx
 
 from dualpath.runtime.os_thread import ENGINE_THREAD_NAMES
 from dualpath.runtime.prom import parse_decode_restarts
-from dualpath.twin.host_load import clock_ticks_per_s, descendants
+from dualpath.twin.host_load import clock_ticks_per_s, descendants, parse_stat
 
 Tick = Callable[[str], None]
 
@@ -74,14 +74,9 @@ def _thread_ticks(pid: int) -> dict[int, tuple[str, int]]:
         return out
     for task in tasks:
         try:
-            stat = (task / "stat").read_text()
-        except OSError:
+            out[int(task.name)] = parse_stat((task / "stat").read_text())
+        except (OSError, ValueError, IndexError):
             continue
-        fields = stat[stat.rindex(")") + 2 :].split()
-        out[int(task.name)] = (
-            stat[stat.index("(") + 1 : stat.rindex(")")],
-            int(fields[11]) + int(fields[12]),
-        )
     return out
 
 

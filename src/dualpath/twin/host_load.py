@@ -41,12 +41,19 @@ def clock_ticks_per_s() -> float:
     return 100.0
 
 
+def parse_stat(stat: str) -> tuple[str, int]:
+    """A /proc/PID/stat or /proc/PID/task/TID/stat line: (comm, utime + stime clock ticks).
+
+    comm may hold spaces and parentheses, so the fields are counted after its last ")".
+    """
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return stat[stat.index("(") + 1 : stat.rindex(")")], int(fields[11]) + int(fields[12])  # proc(5) 14, 15
+
+
 def process_cpu_ticks(pid: int, proc: Path = _PROC) -> int | None:
     """utime + stime of process `pid` over all its threads so far (clock ticks), or None once it is gone."""
     with contextlib.suppress(OSError, ValueError, IndexError):
-        stat = (proc / str(pid) / "stat").read_text()
-        fields = stat[stat.rindex(")") + 2 :].split()
-        return int(fields[11]) + int(fields[12])  # fields 14 and 15 of proc(5)
+        return parse_stat((proc / str(pid) / "stat").read_text())[1]
     return None
 
 

@@ -89,7 +89,7 @@ class TwinSimulation(Simulation):
         self._seed = seed  # read by _arrivals during the base constructor
         self._sent_s: dict[int, float] = {}  # agent -> when its client sent the round now in flight
         super().__init__(config, trajectories, seed=seed)
-        self.overheads, self.host_cores = overheads, host_cores
+        self.overheads = overheads
         # Other jobs' CPU is capacity we do not get; a floor keeps a saturated host finite.
         self.capacity_cores = max(_MIN_CAPACITY_CORES, host_cores - external_cores)
         # In-situ factors per thread group (twin/calibration_runtime.py); `NO_FACTORS` where not measured.
