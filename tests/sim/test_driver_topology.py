@@ -57,7 +57,11 @@ def test_dropped_links_are_the_provably_unbinding_ones_and_keep_paths_distinct()
     cut = Topology(LinkNetwork(Simulator()), hw, 6, record=False, drop_unbinding=True)
     assert not full.dropped
     dropped = {link.name for link in cut.dropped}
-    assert "storage" in dropped and "node0/gpu3_down" in dropped and "node5/gpu7_up" in dropped
+    assert (
+        {"storage_read", "storage_write"} <= dropped
+        and "node0/gpu3_down" in dropped
+        and "node5/gpu7_up" in dropped
+    )
     assert not any("cnic" in n or "snic" in n or "dram" in n for n in dropped)
     paths_full, paths_cut = all_paths(full, 2, 4, 8), all_paths(cut, 2, 4, 8)
     # Distinct paths stay distinct (no two flow groups merge) and every path keeps a link.
@@ -74,14 +78,21 @@ def test_dropped_links_are_the_provably_unbinding_ones_and_keep_paths_distinct()
                 assert any(
                     x.name == link.name.replace("gpu", "cnic").replace("_up", "_read") for x in full_path
                 )
-            if link.name == "storage":
-                assert sum("snic" in x.name for x in full_path) == 1
+            if link.name == "storage_read":
+                assert [x.name for x in full_path if "snic" in x.name] == [full_path[1].name]
+                assert full_path[1].name.endswith("snic_rx")
+            if link.name == "storage_write":
+                assert [x.name for x in full_path if "snic" in x.name] == [full_path[-2].name]
+                assert full_path[-2].name.endswith("snic_tx")
 
 
-def test_storage_stays_when_the_snics_could_fill_it() -> None:
-    hw = load_hardware("hopper-8x400g")  # 6.6 TiB/s of storage: 144 nodes x 2 x 50 GB/s exceed it
-    topo = Topology(LinkNetwork(Simulator()), hw, 144, record=False, drop_unbinding=True)
-    assert topo.storage not in topo.dropped and topo.nodes[0].gpu_down[0] in topo.dropped
+def test_storage_stays_only_when_one_direction_of_the_snics_could_fill_it() -> None:
+    hw = load_hardware("hopper-8x400g")  # 6.6 TiB/s per direction; 145 nodes x 50 GB/s stay below it
+    paper_48p96d = Topology(LinkNetwork(Simulator()), hw, 144, record=False, drop_unbinding=True)
+    assert {paper_48p96d.storage_read, paper_48p96d.storage_write} <= paper_48p96d.dropped
+    topo = Topology(LinkNetwork(Simulator()), hw, 146, record=False, drop_unbinding=True)
+    assert topo.storage_read not in topo.dropped and topo.storage_write not in topo.dropped
+    assert topo.nodes[0].gpu_down[0] in topo.dropped
 
 
 def test_dropping_unbinding_links_changes_no_result() -> None:

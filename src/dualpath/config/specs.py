@@ -37,7 +37,7 @@ class HardwareSpec:
     dram_bytes_per_s: float  # host DRAM, half-duplex: reads and writes share it (paper §4.2)
     pcie_bytes_per_s: float  # one GPU's PCIe link, per direction
     dram_buffer_bytes: float  # PE/DE buffer in host DRAM per node (paper A.4)
-    storage_bytes_per_s: float  # aggregate bandwidth of the storage cluster (3FS)
+    storage_bytes_per_s: float  # aggregate bandwidth of the storage cluster (3FS), per direction
     # Fraction of a link's bandwidth the high-priority (model) traffic class gets under WRR (paper §5.1).
     high_priority_share: float = 0.99
 

@@ -3,8 +3,11 @@
 Per node n: `n/snic_rx`, `n/snic_tx` (storage NIC), `n/dram` (half-duplex: reads and writes share
 it, §4.2), and per GPU i: `n/cnic{i}_read` (bytes the CNIC pulls over PCIe: everything it sends, to the
 wire or in loopback), `n/cnic{i}_write` (bytes it pushes over PCIe), `n/gpu{i}_down` / `n/gpu{i}_up`
-(the GPU's PCIe link into / out of HBM). One `storage` link is the 3FS aggregate. Counting a CNIC by its
-PCIe read and write sides is exactly the §4.2 accounting (loopback H2D/D2H never reaches the switch).
+(the GPU's PCIe link into / out of HBM). The 3FS cluster is two aggregate links, `storage_read` and
+`storage_write`, one per direction like every NIC (its figure, 6.6 TiB/s, is a read throughput; the
+storage nodes' NICs are full duplex, so writes do not take reads' bandwidth; no write figure is
+published, so `storage_write` takes the same one, an assumption). Counting a CNIC by its PCIe read and write sides is exactly the §4.2 accounting
+(loopback H2D/D2H never reaches the switch).
 
 NOTE: PE GPU i reaches the DE *buffer* (node-wide host DRAM) through the DE node's rail-i CNIC, the
 NIC on its own rail of a rail-optimised fabric (same-rank NICs share a leaf switch), whatever DE GPU
@@ -13,18 +16,18 @@ not say which DE CNIC serves the buffer; with every PE rank equally loaded this 
 traffic evenly over the DE CNICs (§4.2's balance assumption), and a step's flows are one per (PE GPU,
 DE node) instead of one per (PE GPU, DE GPU).
 
-    read            storage -> n/snic_rx -> n/dram                              (Fig. 4 steps 1-2)
+    read            storage_read -> n/snic_rx -> n/dram                         (Fig. 4 steps 1-2)
     load, PE path   p/dram -> p/cnic_read -> p/cnic_write -> p/gpu_down        (4a steps 3-4, loopback)
     load, DE path   d/dram -> d/cnic{i}_read => p/cnic{i}_write -> p/gpu{i}_down  (4b steps 3-5)
     KV out          p/gpu{i}_up -> p/cnic{i}_read => d/cnic{i}_write -> d/dram    (4a steps 5-7)
     H2D on the DE   d/dram -> d/cnic_read -> d/cnic_write -> d/gpu_down        (4a 8-9, 4b 6-7)
     D2H on the DE   d/gpu_up -> d/cnic_read -> d/cnic_write -> d/dram          (§4.1 persistence)
-    persist         d/dram -> d/snic_tx -> storage
+    persist         d/dram -> d/snic_tx -> storage_write
 
 `drop_unbinding=True` leaves out of every path the links that provably never bind (docs/simulator-physics.md
-"Links that cannot bind"): a GPU's PCIe link when it is faster than its CNIC, and the storage link when
-all SNICs together are slower than it. The max-min rates are bit-identical; those links then carry no
-bytes, so the driver keeps them (drop off) whenever link records are written (`-o`).
+"Links that cannot bind"): a GPU's PCIe link when it is faster than its CNIC, and a storage direction
+when all SNICs' same direction together is slower than it. The max-min rates are bit-identical; those
+links then carry no bytes, so the driver keeps them (drop off) whenever link records are written (`-o`).
 """
 
 from __future__ import annotations
@@ -63,7 +66,9 @@ class Topology:
         g = hw.gpus_per_node
         self.g = g
         self.links = net.links
-        self.storage = net.add_link("storage", hw.storage_bytes_per_s, record=record)
+        # Per direction, like the NICs (module docstring): reads and persists do not share one link.
+        self.storage_read = net.add_link("storage_read", hw.storage_bytes_per_s, record=record)
+        self.storage_write = net.add_link("storage_write", hw.storage_bytes_per_s, record=record)
         self.nodes: list[NodeLinks] = []
         for n in range(num_nodes):
 
@@ -99,7 +104,7 @@ class Topology:
 
     def read(self, node: int) -> tuple[Link, ...]:
         n = self.nodes[node]
-        return self._path((self.storage, n.snic_rx, n.dram))
+        return self._path((self.storage_read, n.snic_rx, n.dram))
 
     def load_local(self, pe: int) -> tuple[Link, ...]:
         n, i = self._at(pe)
@@ -125,7 +130,7 @@ class Topology:
 
     def persist(self, de: int) -> tuple[Link, ...]:
         d, _ = self._at(de)
-        return self._path((d.dram, d.snic_tx, self.storage))
+        return self._path((d.dram, d.snic_tx, self.storage_write))
 
 
 def unbinding_links(topo: Topology, hw: HardwareSpec) -> list[Link]:
@@ -135,13 +140,13 @@ def unbinding_links(topo: Topology, hw: HardwareSpec) -> list[Link]:
     and that split B's flows (each flow on B crosses exactly one X): then B's load is below its capacity
     and, in progressive filling, some X always offers a strictly smaller fair share than B.
     GPU PCIe links: each crosses its rail CNIC's side (gpu_down -> cnic_write, gpu_up -> cnic_read).
-    Storage: each read or persist crosses one SNIC direction of one node.
+    Storage: each read crosses one node's SNIC rx, each persist one node's SNIC tx.
     """
     out: list[Link] = []
     if hw.cnic_bytes_per_s < hw.pcie_bytes_per_s * (1.0 - UNBINDING_MARGIN):
         for n in topo.nodes:
             out += n.gpu_down + n.gpu_up
-    snics_bytes_per_s = 2 * len(topo.nodes) * hw.snic_bytes_per_s
+    snics_bytes_per_s = len(topo.nodes) * hw.snic_bytes_per_s  # one direction of every SNIC
     if snics_bytes_per_s < hw.storage_bytes_per_s * (1.0 - UNBINDING_MARGIN):
-        out.append(topo.storage)
+        out += [topo.storage_read, topo.storage_write]
     return out
