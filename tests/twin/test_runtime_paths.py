@@ -129,3 +129,29 @@ def test_oracle_pe_reads_its_hits_on_its_own_thread_and_pays_no_link_time(cal) -
         sim_config(spec, cal, "basic"), TRACE, seed=0, host_cores=2.0, overheads=cal.overheads
     )
     assert basic.oracle_pe_read_s([[(1024, 16)]]) == 0.0  # the simulator moves those bytes itself
+
+
+def test_persists_of_one_de_node_cross_its_snic_fifo_like_the_runtime_writer(cal) -> None:  # type: ignore[no-untyped-def]
+    """runtime/persist.py paces one job at a time: the first job is durable after its own bytes, the
+    second after both (plus one commit each), where a shared flow would finish them together."""
+    from dualpath.engine.commands import StartPersist
+    from dualpath.request import Request
+
+    spec = _spec()
+    op_s = 0.004
+    sim = TwinSimulation(sim_config(spec, cal, "basic"), TRACE, seed=0, host_cores=2.0,
+                         overheads=dataclasses.replace(cal.overheads, store_write_op_s=op_s))  # fmt: skip
+    durable: dict[int, float] = {}
+    sim._persisted = lambda items, size: sim.sim.schedule(  # type: ignore[method-assignment]
+        op_s, lambda: durable.update({items[0][0]: sim.sim.now_s})
+    )
+    de = sim.cluster.num_prefill_nodes * sim.cluster.hardware.gpus_per_node  # the first DE engine
+    tokens = (64, 192)
+    for rid, n in zip((10_000, 10_001), tokens, strict=True):  # at t = 0, before the trace persists
+        request = Request(request_id=rid, trajectory_id=rid, round_index=0, prompt_tokens=n, hit_tokens=0,
+                          gen_tokens=1, arrival_s=0.0)  # fmt: skip
+        sim._persist(StartPersist(de_engine=de, request=request, tokens=n, from_hbm=False))
+    link_s = [n * sim.kv_bytes / sim.cluster.hardware.snic_bytes_per_s for n in tokens]
+    sim.sim.run(until_s=sum(link_s) + 2 * op_s)
+    assert durable[10_000] == pytest.approx(link_s[0] + op_s, rel=1e-6)
+    assert durable[10_001] == pytest.approx(link_s[0] + link_s[1] + op_s, rel=1e-6)

@@ -21,7 +21,10 @@ costs added, each from a calibration measurement (docs/twin.md "What the twin ad
   before a forward's compute starts, the in-situ `decode_restart_s` (else the idle round trip): the
   same trip from the scheduler to a node's engine thread and back.
 - Store writes: the runtime's `PipelinedWriter` paces blocks on the SNIC back to back while a small
-  pool commits them (`store_write_op_s` each): a persist is done one commit after its last byte.
+  pool commits them (`store_write_op_s` each): a persist is done one commit after its last byte. Its
+  jobs (one per persist command, prompt blocks or decode-time blocks) cross the link FIFO per DE node,
+  so the first request of a batch is durable long before the last (`_FifoWriter`); the simulator's
+  write pipe sends what queued together and finishes it together.
 - Oracle store writes: with I/O skipped, the DE's writer commits every block that became whole
   (runtime/de_executor.py `_persist_inline`); a request's last decode step waits for its writes, and a
   one-token request's `done` waits for its prompt blocks.
@@ -29,6 +32,7 @@ costs added, each from a calibration measurement (docs/twin.md "What the twin ad
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -41,6 +45,7 @@ from dualpath.runtime.persist import COMMITS_IN_FLIGHT
 from dualpath.sim.agents import Round
 from dualpath.sim.cost import CostModel
 from dualpath.sim.driver import SimConfig, Simulation
+from dualpath.sim.links import TrafficClass
 from dualpath.twin.calibrate import CalibrationOverheads
 from dualpath.twin.calibration_runtime import NO_FACTORS
 from dualpath.twin.host_cpu import CpuWork, HostCpu
@@ -72,6 +77,33 @@ class _RuntimeCost:
     def decode_step_max_s(self, shape: Sequence[tuple[int, int]]) -> float:
         # CPU seconds: a decode run is CPU work on the DE's thread (`TwinSimulation._decode_start`).
         return float(self._base.decode_step_max_s(shape)) * self._twin.cpu_factors["de_engine"]
+
+
+class _FifoWriter:
+    """runtime/persist.py `PipelinedWriter`'s pacing thread: one job's bytes at a time, in arrival order."""
+
+    __slots__ = ("net", "then", "busy", "queue")
+
+    def __init__(self, net: Any, then: Any) -> None:
+        self.net, self.then = net, then
+        self.busy = False
+        self.queue: deque[tuple[float, tuple[int, bool, int], tuple[Any, ...]]] = deque()
+
+    def put(self, size_bytes: float, item: tuple[int, bool, int], path: tuple[Any, ...]) -> None:
+        self.queue.append((size_bytes, item, path))
+        if not self.busy:
+            self._next()
+
+    def _next(self) -> None:
+        size_bytes, item, path = self.queue.popleft()
+        self.busy = True
+        self.net.start_flow(size_bytes, path, TrafficClass.LOW, self._done, item, size_bytes)
+
+    def _done(self, item: tuple[int, bool, int], size_bytes: float) -> None:
+        self.busy = False
+        if self.queue:
+            self._next()  # the link never waits for a commit (the commit pool runs beside it)
+        self.then([item], size_bytes)
 
 
 class TwinSimulation(Simulation):
@@ -111,6 +143,7 @@ class TwinSimulation(Simulation):
         self._stalled: set[int] = set()
         self._written: set[int] = set()  # oracle joiners whose prompt blocks are queued
         self._writer_free_s: dict[int, list[float]] = {}  # oracle: per DE node, when each commit slot is free
+        self._fifo_writers: dict[int, _FifoWriter] = {}  # per DE node: its PipelinedWriter's pacing queue
 
     def _arrivals(self, rng: np.random.Generator) -> None:
         """Agent starts exactly as the runtime's load generator draws them (`runtime.loadgen.poisson_starts`)."""
@@ -233,6 +266,17 @@ class TwinSimulation(Simulation):
     # store_write_op_s each), so the link never waits for a commit and a write is durable one commit
     # after its last byte crossed. (A commit longer than COMMITS_IN_FLIGHT blocks' link time would back
     # up the pool; at the calibrated 1-15 ms against ~11 ms per 64 KiB block at 6 MB/s it does not.)
+    def _persist(self, c: cmd.StartPersist) -> None:
+        """One job on the DE node's FIFO writer, sent when the command arrives (runtime `_do_persist`)."""
+        de = c.de_engine
+        node = self.core.node_of_engine(de)
+        writer = self._fifo_writers.get(node)
+        if writer is None:
+            writer = self._fifo_writers[node] = _FifoWriter(self.net, self._persisted)
+        # Decode-time blocks are copied out of the cache (the D2H) and then cross the same SNIC.
+        path = self.topo.d2h(de) + self.topo.persist(de)[1:] if c.from_hbm else self.topo.persist(de)
+        writer.put(c.tokens * self.kv_bytes, (c.request.request_id, c.from_hbm, de), path)
+
     def _persisted(self, items: list[tuple[int, bool, int]], size: float) -> None:
         self.sim.schedule(self.overheads.store_write_op_s, super()._persisted, items, size)
 
