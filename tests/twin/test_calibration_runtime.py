@@ -13,7 +13,7 @@ from dualpath.runtime.cluster import RuntimeClusterSpec
 from dualpath.runtime.os_thread import name_os_thread
 from dualpath.runtime.prom import ServeMetrics, parse_decode_restarts
 from dualpath.twin import load_calibration
-from dualpath.twin.calibration_runtime import NO_FACTORS, _thread_ticks, cpu_by_group, factors
+from dualpath.twin.calibration_runtime import NO_FACTORS, _thread_ticks, cpu_by_group, factors, pooled
 from dualpath.twin.predict import predict
 
 CALIBRATION = Path(__file__).parent / "data" / "cal-cpu.toml"
@@ -34,6 +34,20 @@ def test_factors_are_per_piece_ratios_a_background_and_the_mean_restart() -> Non
     assert f["decode_restart_s"] == pytest.approx(0.005)
     none = factors(_measured(decode_restarts=0.0, wall_s=0.0), dict.fromkeys(charged, 0.0))
     assert none == {**NO_FACTORS}  # nothing charged, no wall, no restart: the defaults
+
+
+def test_replays_pool_by_sums_so_the_factors_weigh_each_replay_by_its_work() -> None:
+    a = _measured(seed=1.0, prefill_tokens_per_s=4000.0)
+    b = _measured(pe_engine=6.0, wall_s=8.0, decode_restarts=30.0, decode_restart_s=0.25, seed=2.0,
+                  prefill_tokens_per_s=8000.0)  # fmt: skip
+    both = pooled([a, b])
+    assert both["pe_engine"] == 8.0 and both["wall_s"] == 12.0 and both["replays"] == 2.0
+    assert both["prefill_tokens_per_s"] == 6000.0 and "seed" not in both
+    charged = pooled([{"pe_engine": 1.0, "de_engine": 1.0, "serve": 0.1, "client": 0.2},
+                      {"pe_engine": 2.0, "de_engine": 1.0, "serve": 0.1, "client": 0.2}])  # fmt: skip
+    f = factors(both, charged)
+    assert f["pe_engine"] == pytest.approx(8.0 / 3.0)  # (2 + 6) / (1 + 2), not the ratios' mean 2.5
+    assert f["decode_restart_s"] == pytest.approx(0.3 / 40)
 
 
 def test_cpu_by_group_counts_what_each_thread_used_between_snapshots() -> None:

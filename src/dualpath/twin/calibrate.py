@@ -453,17 +453,18 @@ def calibrate(
 def measure_in_situ(
     cluster: RuntimeClusterSpec, calibration: Calibration, modes: Sequence[str], tick: Tick
 ) -> dict[str, dict[str, dict[str, float]]]:
-    """Per mode: the runtime's CPU per thread group on the training trace and what the twin charges."""
+    """Per mode: the runtime's CPU per thread group on the training replays and what the twin charges
+    for them, each pooled over the replays (`calibration_runtime.pooled`)."""
     from dualpath.runtime.cluster import dump_cluster
-    from dualpath.twin.calibration_runtime import measure_runtime_cpu, twin_cpu_s
+    from dualpath.twin.calibration_runtime import measure_runtime_cpu, pooled, twin_cpu_s
 
     measured = measure_runtime_cpu(dump_cluster(cluster), modes, tick)
     return {
         mode: {
-            "measured_cpu_s": measured[mode],
-            "charged_cpu_s": twin_cpu_s(cluster, calibration, mode, measured[mode]),
+            "measured_cpu_s": pooled(replays),
+            "charged_cpu_s": pooled([twin_cpu_s(cluster, calibration, mode, r) for r in replays]),
         }
-        for mode in modes
+        for mode, replays in measured.items()
     }
 
 

@@ -5,8 +5,9 @@ each piece alone on an idle core. A running cluster spends more: its kernels run
 the other threads' slices, its I/O threads copy and checksum what the twin prices as link time, and its
 scheduler, API and client do more per request than a no-op backend shows (measured: docs/twin.md "Where
 the CPU went"). So `calibrate` also replays a *training* trace — the validate trace's profile and
-concurrency, but another seed and only `TRAINING_ROUNDS` rounds, so never the trace a validation
-replays — on a fresh local cluster per mode, and reads every thread's CPU time from /proc before and
+concurrency, but other seeds and only `TRAINING_ROUNDS` rounds, so never the trace a validation
+replays — on a fresh local cluster per mode and training seed (`TRAINING_SEEDS`: the CPU of one short
+replay moves by ±20 % between runs, so two are pooled), and reads every thread's CPU time from /proc before and
 after the replay. Threads are grouped by what the twin models:
 
     pe_engine   the PE's forward worker (OS thread name `pe-worker`, runtime/os_thread.py)
@@ -48,7 +49,9 @@ from dualpath.twin.host_load import clock_ticks_per_s, descendants, parse_stat
 Tick = Callable[[str], None]
 
 _REPORT_WAIT_S = 0.1  # a few node report intervals (runtime/node.py: 20 ms)
-TRAINING_SEED = 1_000_003  # never a validate default
+# Never a validate default. Two replays per mode, pooled (sums of CPU, charged CPU and wall): one replay
+# of 16 agents x 5 rounds lasts 2-11 s, and its per-group CPU moved by up to ±20 % from run to run.
+TRAINING_SEEDS = (1_000_003, 1_000_037)
 TRAINING_AGENTS = 16  # the validate default's concurrency: the same contention
 TRAINING_ROUNDS = 5
 GROUPS = ("pe_engine", "pe_io", "de_engine", "de_io", "serve", "client")
@@ -121,53 +124,77 @@ def cpu_by_group(
     return out
 
 
-def training_options() -> Any:
+def training_options(seed: int) -> Any:
     from dualpath.runtime.bench import BenchOptions
 
-    return BenchOptions(dataset="64k", agents=TRAINING_AGENTS, max_rounds=TRAINING_ROUNDS, seed=TRAINING_SEED)
+    return BenchOptions(dataset="64k", agents=TRAINING_AGENTS, max_rounds=TRAINING_ROUNDS, seed=seed)
 
 
-def measure_runtime_cpu(config_toml: str, modes: Sequence[str], tick: Tick) -> dict[str, dict[str, float]]:
-    """Per mode: CPU seconds per group over a replay of the training trace on a fresh cluster."""
+def measure_runtime_cpu(
+    config_toml: str, modes: Sequence[str], tick: Tick, seeds: Sequence[int] = TRAINING_SEEDS
+) -> dict[str, list[dict[str, float]]]:
+    """Per mode, per training seed: CPU seconds per group over a replay on a fresh cluster."""
     from dualpath.runtime.bench import make_plans
     from dualpath.runtime.launcher import ServeProcess
-    from dualpath.runtime.loadgen import run_bench
 
     with tempfile.TemporaryDirectory(prefix="dualpath-calibration-") as folder:
         config = Path(folder) / "cluster.toml"
         config.write_text(config_toml)
-        plans = make_plans(training_options())
-        out = {}
+        out: dict[str, list[dict[str, float]]] = {}
         for mode in modes:
-            tick(f"runtime {mode}")
-            store = Path(folder) / f"store-{mode}"
-            store.mkdir()
-            with ServeProcess(str(config), mode=mode, store_dir=store) as server:
-                health = httpx.get(f"{server.url}/health", timeout=10).json()
-                before = snapshot(os.getpid())
-                result = asyncio.run(
-                    run_bench(server.url, plans, vocab_size=256, seed=TRAINING_SEED, progress=False)
-                )
-                out[mode] = cpu_by_group(before, snapshot(os.getpid()))
-                out[mode]["wall_s"] = result.wall_s
-                time.sleep(_REPORT_WAIT_S)  # the DEs' last reports reach /metrics
-                restarts, restart_s = parse_decode_restarts(
-                    httpx.get(f"{server.url}/metrics", timeout=10).text
-                )
-                out[mode]["decode_restarts"], out[mode]["decode_restart_s"] = restarts, restart_s
-                for key in RATE_KEYS:  # the run's scheduler constants, for the twin's replay of it
-                    out[mode][key] = float(health.get(key, 0.0))
+            for seed in seeds:
+                tick(f"runtime {mode} (training seed {seed})")
+                store = Path(folder) / f"store-{mode}-{seed}"
+                store.mkdir()
+                with ServeProcess(str(config), mode=mode, store_dir=store) as server:
+                    out.setdefault(mode, []).append(
+                        _replay(server.url, seed, make_plans(training_options(seed)))
+                    )
+    return out
+
+
+def _replay(url: str, seed: int, plans: Any) -> dict[str, float]:
+    """One training replay on a running cluster: CPU per group, wall, decode restarts, scheduler rates."""
+    from dualpath.runtime.loadgen import run_bench
+
+    health = httpx.get(f"{url}/health", timeout=10).json()
+    before = snapshot(os.getpid())
+    result = asyncio.run(run_bench(url, plans, vocab_size=256, seed=seed, progress=False))
+    out = cpu_by_group(before, snapshot(os.getpid()))
+    out["wall_s"] = result.wall_s
+    out["seed"] = float(seed)
+    time.sleep(_REPORT_WAIT_S)  # the DEs' last reports reach /metrics
+    out["decode_restarts"], out["decode_restart_s"] = parse_decode_restarts(
+        httpx.get(f"{url}/metrics", timeout=10).text
+    )
+    for key in RATE_KEYS:  # the run's scheduler constants, for the twin's replay of it
+        out[key] = float(health.get(key, 0.0))
+    return out
+
+
+def pooled(replays: Sequence[Mapping[str, float]]) -> dict[str, float]:
+    """Replays summed (CPU per group, wall, restarts and their total wait); the rates' mean, for reading."""
+    out = {
+        k: sum(float(r.get(k, 0.0)) for r in replays)
+        for k in replays[0]
+        if k not in RATE_KEYS and k != "seed"
+    }
+    for key in RATE_KEYS:
+        if key in replays[0]:
+            out[key] = sum(float(r.get(key, 0.0)) for r in replays) / len(replays)
+    out["replays"] = float(len(replays))
     return out
 
 
 def twin_cpu_s(spec: Any, calibration: Any, mode: str, measured: Mapping[str, float]) -> dict[str, float]:
-    """CPU seconds per group the twin charges for the training trace (no factors, an idle host, the
-    training run's scheduler constants)."""
+    """CPU seconds per group the twin charges for one training replay (its seed's trace, no factors, an
+    idle host, that run's scheduler constants)."""
     from dualpath.twin.predict import predict
     from dualpath.twin.validate import trace_rounds
 
     rates = {k: measured[k] for k in RATE_KEYS if measured.get(k, 0.0) > 0.0}
-    metrics, _ = predict(spec, calibration, mode, trace_rounds(training_options()), seed=TRAINING_SEED,
+    seed = int(measured["seed"])
+    metrics, _ = predict(spec, calibration, mode, trace_rounds(training_options(seed)), seed=seed,
                          cpu_factors={}, scheduler_rates=rates)  # fmt: skip
     by_thread = metrics["cpu_s_by_thread"]
     return {
