@@ -102,3 +102,15 @@ def test_the_twin_charges_the_in_situ_factors_and_background() -> None:
     late_jct, _ = run(decode_restart_s=0.05)  # a wait between every two decode runs
     assert late_jct > base_jct
     assert ttft(decode_restart_s=0.05) > ttft() + 0.03  # and before each forward's compute
+
+
+def test_first_token_and_done_reach_the_client_one_busy_trip_later() -> None:
+    """Oracle, one-token rounds (no decode runs): each round pays the trip to its forward, and its first
+    token and its done each pay the node -> scheduler -> client trip (`decode_restart_s`)."""
+    spec = RuntimeClusterSpec(snic_bytes_per_s=6e6, cnic_bytes_per_s=48e6)
+    trace = [[(150, 1), (20, 1)]]
+    cal = load_calibration(CALIBRATION)
+    idle = predict(spec, cal, "oracle", trace, cpu_factors={"decode_restart_s": 0.0})[0]
+    busy = predict(spec, cal, "oracle", trace, cpu_factors={"decode_restart_s": 0.05})[0]
+    assert busy["ttft_mean_s"] - idle["ttft_mean_s"] == pytest.approx(2 * 0.05)
+    assert busy["jct_s"] - idle["jct_s"] == pytest.approx(2 * 2 * 0.05)  # per round: forward trip + done

@@ -311,7 +311,7 @@ class TwinSimulation(Simulation):
             node = self.core.node_of_engine(r.de_engine)
             if r.request_id not in self._written:  # no decode step: prompt blocks at release
                 landed_s = self._enqueue_writes(node, max(0, r.prompt_tokens // bt - r.hit_tokens // bt))
-                self.sim.schedule_at(landed_s, super()._done, c)
+                self.sim.schedule_at(landed_s, self._to_client, super()._done, c)
                 return
             decode_blocks = max(0, (r.prompt_tokens + r.gen_tokens - 1) // bt - (r.prompt_tokens + 1) // bt)
             landed_s = self._enqueue_writes(node, decode_blocks)
@@ -319,7 +319,23 @@ class TwinSimulation(Simulation):
             # request's own done is not delayed here).
             self._stall_s[node] = max(self._stall_s.get(node, 0.0), landed_s - self.sim.now_s)
             self._written.discard(r.request_id)
-        super()._done(c)
+        self._to_client(super()._done, c)
+
+    # ---- what a node tells the client (first token, done) ----------------------------------------
+    # Node -> scheduler -> client: two wake-ups on busy cores, the same trip as a DE's completion to the
+    # scheduler and the next command back, whose in-situ mean is `decode_restart_s` (the HTTP legs,
+    # measured on an idle host, stay in the arrival). The client sees its first token, and sends its
+    # next round, that much later.
+    def _to_client(self, deliver: Any, c: Any) -> None:
+        if self.decode_restart_s > 0.0:
+            self.sim.schedule(self.decode_restart_s, deliver, c)
+        else:
+            deliver(c)
+
+    def _milestone(self, c: cmd.TokenMilestone) -> None:
+        super()._milestone(c)
+        if c.token_index == 1:
+            self.times[c.request.request_id].first_token_s += self.decode_restart_s
 
     def _decode_start(self, node: int) -> None:
         if node in self._stalled:
