@@ -5,15 +5,24 @@ from __future__ import annotations
 import dataclasses
 import os
 import threading
+import time
 from pathlib import Path
 
 import pytest
 
 from dualpath.runtime.cluster import RuntimeClusterSpec
-from dualpath.runtime.os_thread import name_os_thread
-from dualpath.runtime.prom import ServeMetrics, parse_decode_restarts
+from dualpath.runtime.os_thread import EngineWork, name_os_thread
+from dualpath.runtime.prom import ServeMetrics, parse_decode_restarts, parse_engine_work
 from dualpath.twin import load_calibration
-from dualpath.twin.calibration_runtime import NO_FACTORS, _thread_ticks, cpu_by_group, factors, pooled
+from dualpath.twin.calibration_runtime import (
+    MIN_EFFICIENCY,
+    NO_FACTORS,
+    _thread_ticks,
+    cpu_by_group,
+    efficiencies,
+    factors,
+    pooled,
+)
 from dualpath.twin.predict import predict
 
 CALIBRATION = Path(__file__).parent / "data" / "cal-cpu.toml"
@@ -33,7 +42,8 @@ def test_factors_are_per_piece_ratios_a_background_and_the_mean_restart() -> Non
     assert f["background_cores"] == pytest.approx((0.3 + 0.5 + 0.9 - 0.1) / 4.0)
     assert f["decode_restart_s"] == pytest.approx(0.005)
     none = factors(_measured(decode_restarts=0.0, wall_s=0.0), dict.fromkeys(charged, 0.0))
-    assert none == {**NO_FACTORS}  # nothing charged, no wall, no restart: the defaults
+    # Nothing charged, no wall, no restart: the defaults (efficiencies come from `efficiencies`).
+    assert none == {k: v for k, v in NO_FACTORS.items() if not k.endswith("_efficiency")}
 
 
 def test_replays_pool_by_sums_so_the_factors_weigh_each_replay_by_its_work() -> None:
@@ -79,6 +89,53 @@ def test_de_restart_counters_reach_the_metrics_page() -> None:
     metrics.observe_node("d1", {"decode_restarts": 1.0, "decode_restart_s": 0.01})
     metrics.observe_node("p0", {"snic_rx_bytes": 1.0})  # a PE reports none
     assert parse_decode_restarts(metrics.text().decode()) == (5.0, pytest.approx(0.03))
+
+
+def test_engine_work_counts_pieces_wall_and_the_thread_cpu_and_reaches_the_metrics_page() -> None:
+    work = EngineWork()
+    with work.timed():
+        deadline = time.thread_time() + 0.02
+        while time.thread_time() < deadline:  # 20 ms of this thread's CPU
+            pass
+    with work.timed():
+        time.sleep(0.03)  # waiting: wall, no CPU
+    stats = work.stats()
+    assert stats["engine_pieces"] == 2.0
+    assert 0.02 <= stats["engine_cpu_s"] < 0.03
+    assert stats["engine_wall_s"] >= stats["engine_cpu_s"] + 0.03
+    metrics = ServeMetrics()
+    metrics.observe_node("p0", stats)
+    metrics.observe_node("d0", {"engine_pieces": 3.0, "engine_wall_s": 0.5, "engine_cpu_s": 0.2})
+    parsed = parse_engine_work(metrics.text().decode())
+    assert parsed["d0"] == (3.0, 0.5, 0.2)
+    assert parsed["p0"] == (2.0, pytest.approx(stats["engine_wall_s"]), pytest.approx(stats["engine_cpu_s"]))
+
+
+def test_efficiency_is_one_fixed_point_step_of_the_wall_per_cpu_ratio() -> None:
+    measured = {"pe_engine_wall_s": 4.0, "pe_engine_busy_cpu_s": 2.0, "de_engine_wall_s": 3.0,
+                "de_engine_busy_cpu_s": 3.0}  # fmt: skip
+    # The twin's PE pieces took 1.5 wall per CPU second against the runtime's 2: it runs at 0.75.
+    twin = {"pe_engine_wall_s": 3.0, "pe_engine_busy_cpu_s": 2.0, "de_engine_wall_s": 3.3,
+            "de_engine_busy_cpu_s": 3.0}  # fmt: skip
+    assert efficiencies(measured, twin) == {"pe_efficiency": pytest.approx(0.75), "de_efficiency": 1.0}
+    # A twin that already ran the PE at 0.8 and still saw 1.5: the next step is 0.8 x 0.75.
+    assert efficiencies(measured, twin | {"pe_efficiency": 0.8})["pe_efficiency"] == pytest.approx(0.6)
+    assert efficiencies(measured, twin | {"pe_efficiency": 0.01})["pe_efficiency"] == MIN_EFFICIENCY
+    assert efficiencies({}, twin) == {}  # no engine counters in the measurement: nothing to say
+
+
+def test_an_engine_efficiency_slows_its_pieces_and_frees_the_cores_for_the_others() -> None:
+    cal = load_calibration(CALIBRATION)
+    spec = RuntimeClusterSpec(snic_bytes_per_s=6e6, cnic_bytes_per_s=48e9)
+    trace = [[(150, 1)]]  # one forward on an idle host, no decode run
+    full = predict(spec, cal, "oracle", trace, cpu_factors={"decode_restart_s": 0.0})[0]
+    half = predict(spec, cal, "oracle", trace, cpu_factors={"decode_restart_s": 0.0, "pe_efficiency": 0.5})[0]
+    pe_full, pe_half = full["engine_work"]["pe_engine"], half["engine_work"]["pe_engine"]
+    assert pe_full[0] == pe_half[0] == 1  # one piece each, the same CPU
+    assert pe_half[2] == pytest.approx(pe_full[2])
+    assert pe_full[1] == pytest.approx(pe_full[2])  # alone on the host: wall = CPU
+    assert pe_half[1] == pytest.approx(2 * pe_half[2])  # at efficiency 0.5: twice the wall
+    assert half["ttft_mean_s"] - full["ttft_mean_s"] == pytest.approx(pe_full[2], rel=1e-6)
 
 
 def test_the_twin_charges_the_in_situ_factors_and_background() -> None:

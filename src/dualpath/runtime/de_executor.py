@@ -35,7 +35,7 @@ from dualpath.runtime.dram import Region
 from dualpath.runtime.kvio import region_layer, scatter_hits, submit_hit_read, usable_hit_tokens
 from dualpath.runtime.model.paged_cache import PagedKVCache
 from dualpath.runtime.node import NodeLinks
-from dualpath.runtime.os_thread import name_os_thread
+from dualpath.runtime.os_thread import EngineWork, name_os_thread
 from dualpath.transfer import BlockWrite, WriteJob
 from dualpath.transfer.types import Notice
 
@@ -78,6 +78,7 @@ class DecodeExecutor:
         self._h2d = ThreadPoolExecutor(1, thread_name_prefix="de-h2d")
         self._persist = ThreadPoolExecutor(1, thread_name_prefix="de-persist")
         self._tx = ThreadPoolExecutor(1, thread_name_prefix="de-send")
+        self.work = EngineWork()  # the decode runs' wall and CPU time on this thread (/metrics)
         self._worker = threading.Thread(target=self._decode_loop, name="de-decode", daemon=True)
         self._worker.start()
 
@@ -162,7 +163,11 @@ class DecodeExecutor:
 
     def stats(self) -> dict[str, float]:
         """Cumulative counters for the node's report (/metrics)."""
-        return {"decode_restarts": float(self.decode_restarts), "decode_restart_s": self.decode_restart_s}
+        return {
+            "decode_restarts": float(self.decode_restarts),
+            "decode_restart_s": self.decode_restart_s,
+            **self.work.stats(),
+        }
 
     def close(self) -> None:
         self._decode.put(None)
@@ -272,7 +277,8 @@ class DecodeExecutor:
             if message["type"] == "release":
                 self._release(message)
             else:
-                self._step(message)
+                with self.work.timed():
+                    self._step(message)
 
     def _step(self, message: Message) -> None:
         """One run: the joiners' KV into the cache (oracle), then up to `steps` steps, stopping early

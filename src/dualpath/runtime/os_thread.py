@@ -11,6 +11,9 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 _PR_SET_NAME = 15
 _MAX_NAME_BYTES = 15  # the kernel's TASK_COMM_LEN is 16 with the terminating zero
@@ -27,3 +30,29 @@ def name_os_thread(name: str) -> bool:
         return int(libc.prctl(_PR_SET_NAME, name.encode()[:_MAX_NAME_BYTES], 0, 0, 0)) == 0
     except (OSError, AttributeError):
         return False
+
+
+class EngineWork:
+    """An engine thread's work pieces (a forward, a decode run): how many, their wall time and the CPU
+    time the thread itself spent in them. Wall beyond CPU is time the piece was runnable but not running
+    (shared cores, the GIL held by the process's other threads) or waiting (a load, a write). Read by
+    /metrics and the twin's calibration; only the engine thread writes, any thread reads a snapshot.
+    """
+
+    def __init__(self) -> None:
+        self.pieces = 0
+        self.wall_s = 0.0
+        self.cpu_s = 0.0
+
+    @contextmanager
+    def timed(self) -> Iterator[None]:
+        wall0, cpu0 = time.monotonic(), time.thread_time()
+        try:
+            yield
+        finally:
+            self.cpu_s += time.thread_time() - cpu0
+            self.wall_s += time.monotonic() - wall0
+            self.pieces += 1
+
+    def stats(self) -> dict[str, float]:
+        return {"engine_pieces": float(self.pieces), "engine_wall_s": self.wall_s, "engine_cpu_s": self.cpu_s}

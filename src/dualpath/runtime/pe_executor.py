@@ -32,7 +32,7 @@ from dualpath.runtime.dram import Region
 from dualpath.runtime.kvio import region_layer, scatter_hits, submit_hit_read, usable_hit_tokens
 from dualpath.runtime.model.kv_layout import layer_kv_to_bytes
 from dualpath.runtime.node import NodeLinks
-from dualpath.runtime.os_thread import name_os_thread
+from dualpath.runtime.os_thread import EngineWork, name_os_thread
 from dualpath.runtime.prefill import run_pipeline
 from dualpath.transfer.types import Notice
 
@@ -74,6 +74,7 @@ class PrefillExecutor:
         self._steps: queue.Queue[Message | None] = queue.Queue()
         self._io = ThreadPoolExecutor(1, thread_name_prefix="pe-load")
         self._tx = ThreadPoolExecutor(1, thread_name_prefix="pe-send")
+        self.work = EngineWork()  # the forwards' wall and CPU time on this thread (/metrics)
         self._worker = threading.Thread(target=self._work, name="pe-worker", daemon=True)
         self._worker.start()
 
@@ -121,7 +122,7 @@ class PrefillExecutor:
         return {"read_q_tokens": self.links.snic.read_queue.queued_tokens}
 
     def stats(self) -> dict[str, float]:
-        return {}
+        return self.work.stats()
 
     def close(self) -> None:
         self._steps.put(None)
@@ -132,7 +133,8 @@ class PrefillExecutor:
     def _work(self) -> None:
         name_os_thread("pe-worker")  # the engine thread, as calibration and profilers see it
         while (message := self._steps.get()) is not None:
-            self._step(message)
+            with self.work.timed():
+                self._step(message)
 
     def _resolve(self, step: int, body: dict[str, Any]) -> _Item:
         rid = int(body["rid"])

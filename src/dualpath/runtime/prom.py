@@ -65,6 +65,18 @@ class ServeMetrics:
             ["node"],
             registry=self.registry,
         )
+        self.engine_pieces = Gauge(
+            "dualpath_engine_pieces_total",
+            "Work pieces of a node's engine thread (PE: forwards; DE: decode runs)",
+            ["node"],
+            registry=self.registry,
+        )
+        self.engine_seconds = Gauge(
+            "dualpath_engine_seconds_total",
+            "Wall time of those pieces, and the CPU time the engine thread spent in them",
+            ["node", "clock"],
+            registry=self.registry,
+        )
         self.requests = Counter(
             "dualpath_requests",
             "Requests served, by the side that read their KV",
@@ -97,6 +109,10 @@ class ServeMetrics:
         if "decode_restarts" in stats:
             self.decode_restarts.labels(node_id).set(stats["decode_restarts"])
             self.decode_restart.labels(node_id).set(stats.get("decode_restart_s", 0.0))
+        if "engine_pieces" in stats:
+            self.engine_pieces.labels(node_id).set(stats["engine_pieces"])
+            self.engine_seconds.labels(node_id, "wall").set(stats.get("engine_wall_s", 0.0))
+            self.engine_seconds.labels(node_id, "cpu").set(stats.get("engine_cpu_s", 0.0))
 
     def set_corrupt_total(self, total: int) -> None:
         self.corrupt.set(total)
@@ -139,3 +155,18 @@ def parse_snic(text: str) -> dict[str, dict[str, float]]:
             elif sample.name in names:
                 out.setdefault(sample.labels["node"], {})[names[sample.name]] = sample.value
     return dict(sorted(out.items()))
+
+
+def parse_engine_work(text: str) -> dict[str, tuple[float, float, float]]:
+    """Per node of a /metrics page: its engine thread's (pieces, wall s, CPU s) (`os_thread.EngineWork`)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out: dict[str, list[float]] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "dualpath_engine_pieces_total":
+                out.setdefault(sample.labels["node"], [0.0, 0.0, 0.0])[0] = sample.value
+            elif sample.name == "dualpath_engine_seconds_total":
+                slot = 1 if sample.labels["clock"] == "wall" else 2
+                out.setdefault(sample.labels["node"], [0.0, 0.0, 0.0])[slot] = sample.value
+    return {node: (v[0], v[1], v[2]) for node, v in out.items()}

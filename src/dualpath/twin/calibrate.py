@@ -262,10 +262,14 @@ def fit_measurements(
 
 def _runtime_cpu_factors(m: Mapping[str, Any]) -> dict[str, dict[str, float]]:
     """Per mode: the in-situ factors (`calibration_runtime.factors`) from the stored numbers, if any."""
-    from dualpath.twin.calibration_runtime import factors
+    from dualpath.twin.calibration_runtime import efficiencies, factors
 
     stored = m.get("runtime_cpu", {})
-    return {mode: factors(d["measured_cpu_s"], d["charged_cpu_s"]) for mode, d in stored.items()}
+    return {
+        mode: factors(d["measured_cpu_s"], d["charged_cpu_s"])
+        | efficiencies(d["measured_cpu_s"], d.get("twin_engine_s", {}))
+        for mode, d in stored.items()
+    }
 
 
 def _runtime_path_terms(m: Mapping[str, Any]) -> dict[str, float]:
@@ -454,18 +458,33 @@ def measure_in_situ(
     cluster: RuntimeClusterSpec, calibration: Calibration, modes: Sequence[str], tick: Tick
 ) -> dict[str, dict[str, dict[str, float]]]:
     """Per mode: the runtime's CPU per thread group on the training replays and what the twin charges
-    for them, each pooled over the replays (`calibration_runtime.pooled`)."""
+    for them, each pooled over the replays (`calibration_runtime.pooled`); then the twin's engine pieces
+    on the same replays with those factors, in fixed-point steps of the engines' efficiencies
+    (`calibration_runtime.efficiencies`; the last step's twin numbers are stored as `twin_engine_s`)."""
     from dualpath.runtime.cluster import dump_cluster
-    from dualpath.twin.calibration_runtime import measure_runtime_cpu, pooled, twin_cpu_s
+    from dualpath.twin.calibration_runtime import (
+        EFFICIENCY_KEYS,
+        EFFICIENCY_STEPS,
+        efficiencies,
+        factors,
+        measure_runtime_cpu,
+        pooled,
+        twin_cpu_s,
+        twin_engine_work,
+    )
 
     measured = measure_runtime_cpu(dump_cluster(cluster), modes, tick)
-    return {
-        mode: {
-            "measured_cpu_s": pooled(replays),
-            "charged_cpu_s": pooled([twin_cpu_s(cluster, calibration, mode, r) for r in replays]),
-        }
-        for mode, replays in measured.items()
-    }
+    out = {}
+    for mode, replays in measured.items():
+        m = pooled(replays)
+        charged = pooled([twin_cpu_s(cluster, calibration, mode, r) for r in replays])
+        f, twin = factors(m, charged), {}
+        for _ in range(EFFICIENCY_STEPS):  # the last run's numbers are stored; loading takes one more step
+            f |= efficiencies(m, twin)
+            twin = pooled([twin_engine_work(cluster, calibration, mode, r, f) for r in replays])
+            twin |= {key: f.get(key, 1.0) for key in EFFICIENCY_KEYS.values()}  # what it ran with
+        out[mode] = {"measured_cpu_s": m, "charged_cpu_s": charged, "twin_engine_s": twin}
+    return out
 
 
 def _cpu_count() -> int:

@@ -43,7 +43,7 @@ from typing import Any
 import httpx
 
 from dualpath.runtime.os_thread import ENGINE_THREAD_NAMES
-from dualpath.runtime.prom import parse_decode_restarts
+from dualpath.runtime.prom import parse_decode_restarts, parse_engine_work
 from dualpath.twin.host_load import clock_ticks_per_s, descendants, parse_stat
 
 Tick = Callable[[str], None]
@@ -57,7 +57,21 @@ TRAINING_ROUNDS = 5
 GROUPS = ("pe_engine", "pe_io", "de_engine", "de_io", "serve", "client")
 # Without an in-situ measurement the twin charges what the code-path measurements say: engines, scheduler
 # and client as measured alone, no CPU for the nodes' I/O threads.
-NO_FACTORS = {"pe_engine": 1.0, "de_engine": 1.0, "client": 1.0, "background_cores": 0.0}
+NO_FACTORS = {
+    "pe_engine": 1.0,
+    "de_engine": 1.0,
+    "client": 1.0,
+    "background_cores": 0.0,
+    "pe_efficiency": 1.0,
+    "de_efficiency": 1.0,
+}
+# An engine thread's efficiency: the share of a busy piece's wall time it runs, beyond what the cores'
+# sharing explains (`factors`). Floor: a measurement gone wrong must not stall the twin.
+MIN_EFFICIENCY = 0.25
+EFFICIENCY_KEYS = {"pe_engine": "pe_efficiency", "de_engine": "de_efficiency"}
+# The efficiencies change the twin's contention, hence its own wall ÷ CPU: a few fixed-point steps
+# (`calibrate.measure_in_situ`). The steps shrink: on 1P2D, oracle's PE went 0.80, 0.69, 0.64.
+EFFICIENCY_STEPS = 4
 # Work per piece the twin charges (a forward, a decode step, a request's client side): a factor on it.
 PER_PIECE = ("pe_engine", "de_engine", "client")
 # Threads that work all the time (reports every 20 ms, polls, copies beside the link pacing), and the
@@ -164,9 +178,12 @@ def _replay(url: str, seed: int, plans: Any) -> dict[str, float]:
     out["wall_s"] = result.wall_s
     out["seed"] = float(seed)
     time.sleep(_REPORT_WAIT_S)  # the DEs' last reports reach /metrics
-    out["decode_restarts"], out["decode_restart_s"] = parse_decode_restarts(
-        httpx.get(f"{url}/metrics", timeout=10).text
-    )
+    metrics = httpx.get(f"{url}/metrics", timeout=10).text
+    out["decode_restarts"], out["decode_restart_s"] = parse_decode_restarts(metrics)
+    for node, (_, wall_s, cpu_s) in parse_engine_work(metrics).items():
+        group = "pe_engine" if node.startswith("p") else "de_engine"  # node ids p0, d0, d1 (cluster.node_ids)
+        out[f"{group}_wall_s"] = out.get(f"{group}_wall_s", 0.0) + wall_s
+        out[f"{group}_busy_cpu_s"] = out.get(f"{group}_busy_cpu_s", 0.0) + cpu_s
     for key in RATE_KEYS:  # the run's scheduler constants, for the twin's replay of it
         out[key] = float(health.get(key, 0.0))
     return out
@@ -203,6 +220,44 @@ def twin_cpu_s(spec: Any, calibration: Any, mode: str, measured: Mapping[str, fl
         "serve": by_thread.get("serve", 0.0),
         "client": by_thread.get("client", 0.0),
     }
+
+
+def twin_engine_work(
+    spec: Any, calibration: Any, mode: str, measured: Mapping[str, float], cpu_factors: Mapping[str, float]
+) -> dict[str, float]:
+    """The twin's engine pieces on one training replay with `cpu_factors` (the per-piece factors, the
+    background, the efficiencies so far): wall and CPU seconds per engine group, as the runtime's
+    EngineWork counts them."""
+    from dualpath.twin.predict import predict
+    from dualpath.twin.validate import trace_rounds
+
+    rates = {k: measured[k] for k in RATE_KEYS if measured.get(k, 0.0) > 0.0}
+    seed = int(measured["seed"])
+    metrics, _ = predict(spec, calibration, mode, trace_rounds(training_options(seed)), seed=seed,
+                         cpu_factors=cpu_factors, scheduler_rates=rates)  # fmt: skip
+    out = {}
+    for group, (_, wall_s, cpu_s) in metrics["engine_work"].items():
+        out[f"{group}_wall_s"], out[f"{group}_busy_cpu_s"] = wall_s, cpu_s
+    return out
+
+
+def efficiencies(measured: Mapping[str, float], twin: Mapping[str, float]) -> dict[str, float]:
+    """Per engine group: the efficiency the twin ran with (`twin[key]`, 1 by default) times (the twin's
+    wall ÷ CPU per piece) ÷ (the runtime's), within [MIN_EFFICIENCY, 1]: one fixed-point step.
+
+    The twin's ratio is what sharing the cores costs a piece; the runtime's also holds what the twin does
+    not model: the GIL held by the process's other threads (I/O, sends, the main loop) and wake-ups on
+    busy cores. `TwinSimulation` gives each engine piece this weight on the cores (`host_cpu`: a thread
+    that keeps itself this busy), so the wall it loses goes to the other threads, as it does on the host.
+    """
+    out = {}
+    for group, key in EFFICIENCY_KEYS.items():
+        m_wall, m_cpu = measured.get(f"{group}_wall_s", 0.0), measured.get(f"{group}_busy_cpu_s", 0.0)
+        t_wall, t_cpu = twin.get(f"{group}_wall_s", 0.0), twin.get(f"{group}_busy_cpu_s", 0.0)
+        if min(m_wall, m_cpu, t_wall, t_cpu) > 0.0:
+            step = (t_wall / t_cpu) / (m_wall / m_cpu)
+            out[key] = max(MIN_EFFICIENCY, min(1.0, twin.get(key, 1.0) * step))
+    return out
 
 
 def factors(measured: Mapping[str, float], charged: Mapping[str, float]) -> dict[str, float]:

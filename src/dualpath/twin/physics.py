@@ -144,6 +144,12 @@ class TwinSimulation(Simulation):
         self._written: set[int] = set()  # oracle joiners whose prompt blocks are queued
         self._writer_free_s: dict[int, list[float]] = {}  # oracle: per DE node, when each commit slot is free
         self._fifo_writers: dict[int, _FifoWriter] = {}  # per DE node: its PipelinedWriter's pacing queue
+        # The engines' work pieces as the runtime's EngineWork counts them (a forward from the engine
+        # thread taking it to its end; a decode run): [pieces, wall s, CPU s] per group.
+        self.engine_work: dict[str, list[float]] = {"pe_engine": [0, 0.0, 0.0], "de_engine": [0, 0.0, 0.0]}
+        self._forward_began: dict[int, float] = {}  # per PE node: when its engine thread took the step
+        self._forward_work: dict[int, CpuWork] = {}
+        self._run_began: dict[int, float] = {}
 
     def _arrivals(self, rng: np.random.Generator) -> None:
         """Agent starts exactly as the runtime's load generator draws them (`runtime.loadgen.poisson_starts`)."""
@@ -176,7 +182,10 @@ class TwinSimulation(Simulation):
         self.sim.schedule(self.decode_restart_s, self._compute_on_pe, step, step.compute_s + read_cpu_s)
 
     def _compute_on_pe(self, step: Any, cpu_s: float) -> None:
-        self.host_cpu.submit(f"pe{step.c.node_id}", cpu_s, lambda: self._compute_done(step))
+        self._forward_work[step.c.node_id] = self.host_cpu.submit(
+            f"pe{step.c.node_id}", cpu_s, lambda: self._compute_done(step),
+            weight=self.cpu_factors["pe_efficiency"],
+        )  # fmt: skip
 
     def forward_fixed_s(self, per_gpu_batches: Sequence[Sequence[Any]]) -> float:
         """A PE forward's CPU beyond its layers: head, Python work per forward and item, round trip."""
@@ -231,6 +240,8 @@ class TwinSimulation(Simulation):
         items = sum(len(b) for b in c.batches)
         self._own_cpu("serve", 2 * self.overheads.control_cpu_s + items * self.overheads.sse_chunk_cpu_s)
         self._forward_state[c.node_id] = [False, False]
+        # The runtime's engine thread takes the step after the command's trip, then loads and computes.
+        self._forward_began[c.node_id] = self.sim.now_s + self.decode_restart_s
         # Oracle: `_start_compute`; else the loads start, and `_loads_finished` runs at once if none.
         super()._start_step(c)
         step = self._steps[c.node_id]
@@ -242,7 +253,23 @@ class TwinSimulation(Simulation):
         self.sim.schedule(self.decode_restart_s, self._forward_on_pe, step)
 
     def _forward_on_pe(self, step: Any) -> None:
-        self.host_cpu.submit(f"pe{step.c.node_id}", step.compute_s, lambda: self._forward_computed(step))
+        self._forward_work[step.c.node_id] = self.host_cpu.submit(
+            f"pe{step.c.node_id}", step.compute_s, lambda: self._forward_computed(step),
+            weight=self.cpu_factors["pe_efficiency"],
+        )  # fmt: skip
+
+    def _compute_done(self, step: Any) -> None:
+        node = step.c.node_id
+        began_s, work = self._forward_began.pop(node, None), self._forward_work.pop(node, None)
+        if began_s is not None and work is not None:
+            self._count_piece("pe_engine", self.sim.now_s - began_s, work.total_cpu_s)
+        super()._compute_done(step)
+
+    def _count_piece(self, group: str, wall_s: float, cpu_s: float) -> None:
+        counts = self.engine_work[group]
+        counts[0] += 1
+        counts[1] += wall_s
+        counts[2] += cpu_s
 
     def _forward_computed(self, step: Any) -> None:
         state = self._forward_state[step.c.node_id]
@@ -358,11 +385,14 @@ class TwinSimulation(Simulation):
             # run.step_s is the step's CPU seconds here (`_RuntimeCost.decode_step_max_s`); the run is
             # CPU work on the DE's thread, then the completion's trip back to the scheduler.
             self._decode_work[node] = self.host_cpu.submit(
-                f"de{node}", run.steps * run.step_s, lambda: self._decode_computed(node)
-            )
+                f"de{node}", run.steps * run.step_s, lambda: self._decode_computed(node),
+                weight=self.cpu_factors["de_efficiency"],
+            )  # fmt: skip
+            self._run_began[node] = self.sim.now_s
 
     def _decode_computed(self, node: int) -> None:
-        del self._decode_work[node]
+        work = self._decode_work.pop(node)
+        self._count_piece("de_engine", self.sim.now_s - self._run_began.pop(node), work.total_cpu_s)
         self.sim.schedule(self.decode_restart_s, self._decode_ran, node)
 
     def _decode_ran(self, node: int) -> None:

@@ -152,6 +152,7 @@ def predict(
     outcome = sim.run()
     metrics = metrics_from_sim(outcome, spec)
     metrics["cpu_s_by_thread"] = dict(sorted(sim.host_cpu.cpu_s_by_thread.items()))
+    metrics["engine_work"] = {group: list(counts) for group, counts in sim.engine_work.items()}
     if sim.mode.skip_io:
         _oracle_bytes(metrics, outcome, spec, sim)
     return metrics, outcome
