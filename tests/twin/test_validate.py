@@ -119,12 +119,38 @@ def test_tables_json_and_plot(cal, tmp_path: Path) -> None:  # type: ignore[no-u
     assert error_pct(0.0, 1.0) is None and error_pct(2.0, 1.0) == pytest.approx(-50.0)
 
 
+def test_repeats_compare_the_means_and_keep_each_run(cal, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    import dualpath.twin.validate as validate_module
+    from dualpath.runtime.bench import BenchOptions
+
+    base, _ = predict(
+        _spec(),
+        cal,
+        "oracle",
+        [list(r) for r in validate_module.trace_rounds(BenchOptions(agents=2, max_rounds=2))],
+    )
+    jcts = iter([3.0, 5.0])
+
+    def fake_measure(mode: str, options: object, **_: object) -> dict:  # type: ignore[type-arg]
+        return {**base, "jct_s": next(jcts), "external_cores": 0.0, "scheduler_rates": {}}
+
+    monkeypatch.setattr(validate_module, "measure_mode", fake_measure)
+    out = validate_module.validate(_spec(), cal, BenchOptions(agents=2, max_rounds=2), ["oracle"], config="local-1p2d",
+                                   repeats=2)["oracle"]  # fmt: skip
+    assert [r["measured"]["jct_s"] for r in out.runs] == [3.0, 5.0]
+    assert out.measured["jct_s"] == pytest.approx(4.0)
+    assert out.predicted["jct_s"] == pytest.approx(out.runs[0]["predicted"]["jct_s"])  # same inputs twice
+    assert len(out.measured["ttft_series"]) == 2 * len(base["ttft_series"])  # both runs' points
+    assert "mean of 2 runs" in format_tables({"oracle": out}) and json.dumps(out.to_dict())
+
+
 @pytest.mark.parametrize(
     "argv",
     [
         ["--modes", "basic,nope"],
         ["--calibration", "/no/such.toml"],
         ["--agents", "0"],
+        ["--repeat", "0"],
         ["--config", "no-such"],
         ["--set", "snic_bytes_per_s=-1"],
     ],

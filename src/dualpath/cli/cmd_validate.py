@@ -30,6 +30,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--aps", type=float, default=None, help="agent arrivals per second (default: offline)")
     p.add_argument("--seed", type=int, default=0, help="trace seed")
     p.add_argument("--modes", default="basic,dualpath,oracle", help="comma-separated modes")
+    p.add_argument("--repeat", type=int, default=3,
+                   help="runs per mode, each on a fresh cluster; means are compared (default 3)")  # fmt: skip
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument(
         "-o", "--out", type=Path, default=None, metavar="DIR", help="write validate.json, ttft.png"
@@ -51,8 +53,8 @@ def run(args: argparse.Namespace) -> int:
     bad = [m for m in modes if m not in VALID_MODES]
     if not modes or bad:
         raise UserError(f"--modes {args.modes!r}: use a comma-separated list of {', '.join(VALID_MODES)}")
-    if args.agents < 1 or args.rounds < 1:
-        raise UserError("--agents and --rounds must be >= 1")
+    if args.agents < 1 or args.rounds < 1 or args.repeat < 1:
+        raise UserError("--agents, --rounds and --repeat must be >= 1")
     if args.aps is not None and args.aps <= 0:
         raise UserError("--aps must be positive")
     try:
@@ -90,7 +92,8 @@ def run(args: argparse.Namespace) -> int:
     options = BenchOptions(
         dataset=args.dataset, agents=args.agents, max_rounds=args.rounds, aps=args.aps, seed=args.seed
     )
-    results = validate(spec, cal, options, modes, config=args.config, settings=args.set, progress=_say)
+    results = validate(spec, cal, options, modes, config=args.config, settings=args.set, progress=_say,
+                       repeats=args.repeat)  # fmt: skip
     document = {
         "modes": {m: r.to_dict() for m, r in results.items()},
         "calibration": {"source": source, **calibration_document(cal)},
@@ -101,6 +104,7 @@ def run(args: argparse.Namespace) -> int:
             "rounds": args.rounds,
             "aps": args.aps,
             "seed": args.seed,
+            "repeat": args.repeat,
         },
     }
     if args.out is not None:

@@ -7,7 +7,7 @@ scheduler, API and client do more per request than a no-op backend shows (measur
 the CPU went"). So `calibrate` also replays a *training* trace — the validate trace's profile and
 concurrency, but other seeds and only `TRAINING_ROUNDS` rounds, so never the trace a validation
 replays — on a fresh local cluster per mode and training seed (`TRAINING_SEEDS`: the CPU of one short
-replay moves by ±20 % between runs, so two are pooled), and reads every thread's CPU time from /proc before and
+replay moves by ±20 % between runs, so three are pooled), and reads every thread's CPU time from /proc before and
 after the replay. Threads are grouped by what the twin models:
 
     pe_engine   the PE's forward worker (OS thread name `pe-worker`, runtime/os_thread.py)
@@ -49,9 +49,9 @@ from dualpath.twin.host_load import clock_ticks_per_s, descendants, parse_stat
 Tick = Callable[[str], None]
 
 _REPORT_WAIT_S = 0.1  # a few node report intervals (runtime/node.py: 20 ms)
-# Never a validate default. Two replays per mode, pooled (sums of CPU, charged CPU and wall): one replay
-# of 16 agents x 5 rounds lasts 2-11 s, and its per-group CPU moved by up to ±20 % from run to run.
-TRAINING_SEEDS = (1_000_003, 1_000_037)
+# Never a validate default. Three replays per mode, pooled (sums of CPU, charged CPU and wall): one
+# replay of 16 agents x 5 rounds lasts 2-11 s, and its per-group CPU moved by up to ±20 % from run to run.
+TRAINING_SEEDS = (1_000_003, 1_000_037, 1_000_039)
 TRAINING_AGENTS = 16  # the validate default's concurrency: the same contention
 TRAINING_ROUNDS = 5
 GROUPS = ("pe_engine", "pe_io", "de_engine", "de_io", "serve", "client")

@@ -27,9 +27,12 @@ Progress = Callable[[str], None]
 
 @dataclass(frozen=True, kw_only=True)
 class ModeResult:
+    """One mode: the mean over its runs of what was measured and of what the twin predicted for each."""
+
     mode: str
     measured: dict[str, Any]
     predicted: dict[str, Any]
+    runs: tuple[dict[str, dict[str, float]], ...] = ()  # per run: the compared metrics, both sides
 
     def error_pct(self) -> dict[str, float | None]:
         return {k: error_pct(self.measured.get(k), self.predicted.get(k)) for k in COMPARED}
@@ -40,7 +43,29 @@ class ModeResult:
             "measured": {k: v for k, v in self.measured.items() if k not in strip},
             "predicted": {k: v for k, v in self.predicted.items() if k not in strip},
             "error_pct": self.error_pct(),
+            "runs": list(self.runs),
         }
+
+
+def mean_of(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The runs' mean, key by key: numbers averaged, nested tables by leaf, lists of numbers element by
+    element; other lists (a TTFT series) put together."""
+    out: dict[str, Any] = {}
+    for key, first in results[0].items():
+        values = [r[key] for r in results if key in r]
+        if isinstance(first, bool) or first is None:
+            out[key] = first
+        elif isinstance(first, (int, float)):
+            out[key] = sum(float(v) for v in values) / len(values)
+        elif isinstance(first, dict):
+            out[key] = mean_of(values)
+        elif isinstance(first, (list, tuple)) and all(isinstance(x, (int, float)) for x in first):
+            out[key] = [sum(float(v[i]) for v in values) / len(values) for i in range(len(first))]
+        elif isinstance(first, (list, tuple)):
+            out[key] = sorted(x for v in values for x in v)
+        else:
+            out[key] = first
+    return out
 
 
 def error_pct(measured: Any, predicted: Any) -> float | None:
@@ -109,26 +134,42 @@ def validate(
     settings: Sequence[str] = (),
     progress: Progress = lambda _: None,
     bars: bool = False,
+    repeats: int = 1,
 ) -> dict[str, ModeResult]:
+    """Each mode `repeats` times, on a fresh cluster each time, modes interleaved (a drift of the host
+    over minutes then touches every mode alike); each run predicted with its own conditions, and the
+    means compared: one run of the same trace moves by up to ±25 % (oracle, docs/twin.md)."""
     trajectories = trace_rounds(options)
-    out: dict[str, ModeResult] = {}
-    for mode in modes:
-        progress(f"[{mode}] replaying {options.agents} agents on a fresh {spec.name} cluster ...")
-        measured = measure_mode(mode, options, config=config, settings=settings, progress=bars)
-        measured["read_path_bytes"] = read_path_bytes(measured["snic_bytes"], spec)
-        # Other jobs' runnable threads on the host while the runtime ran: the one input the twin takes
-        # from the run, as a condition of the machine (not a metric); docs/twin.md "Other jobs".
-        external = measured.get("external_cores") or 0.0
-        progress(
-            f"[{mode}] simulating the trace on the calibrated twin (other jobs used {external:.2f} cores) ..."
+    runs: dict[str, list[tuple[dict[str, Any], dict[str, Any]]]] = {mode: [] for mode in modes}
+    for k in range(repeats):
+        for mode in modes:
+            label = f"[{mode}{f' {k + 1}/{repeats}' if repeats > 1 else ''}]"
+            progress(f"{label} replaying {options.agents} agents on a fresh {spec.name} cluster ...")
+            measured = measure_mode(mode, options, config=config, settings=settings, progress=bars)
+            measured["read_path_bytes"] = read_path_bytes(measured["snic_bytes"], spec)
+            # Other jobs' CPU on the host while the runtime ran: the one input the twin takes from the
+            # run, as a condition of the machine (not a metric); docs/twin.md "Other jobs".
+            external = measured.get("external_cores") or 0.0
+            progress(f"{label} simulating the trace on the calibrated twin "
+                     f"(other jobs used {external:.2f} cores) ...")  # fmt: skip
+            # And the run's scheduler constants (β, the §6.4 quota: the PE measured them at start-up),
+            # so that the twin's core batches as the runtime's did: inputs of the run, like its config.
+            predicted, _ = predict(spec, cal, mode, trajectories, aps=options.aps, seed=options.seed,
+                                   external_cores=external,
+                                   scheduler_rates=measured.get("scheduler_rates"))  # fmt: skip
+            runs[mode].append((measured, predicted))
+    return {
+        mode: ModeResult(
+            mode=mode,
+            measured=mean_of([m for m, _ in pairs]),
+            predicted=mean_of([p for _, p in pairs]),
+            runs=tuple(
+                {"measured": {k: m[k] for k in COMPARED}, "predicted": {k: p[k] for k in COMPARED}}
+                for m, p in pairs
+            ),
         )
-        # And the run's scheduler constants (β, the §6.4 quota: the PE measured them at start-up), so
-        # that the twin's core batches as the runtime's did: inputs of the run, like its config.
-        predicted, _ = predict(spec, cal, mode, trajectories, aps=options.aps, seed=options.seed,
-                               external_cores=external,
-                               scheduler_rates=measured.get("scheduler_rates"))  # fmt: skip
-        out[mode] = ModeResult(mode=mode, measured=measured, predicted=predicted)
-    return out
+        for mode, pairs in runs.items()
+    }
 
 
 def layout(spec: RuntimeClusterSpec) -> dict[str, Any]:
@@ -149,6 +190,11 @@ def layout(spec: RuntimeClusterSpec) -> dict[str, Any]:
 def format_tables(results: dict[str, ModeResult]) -> str:
     head = f"{'mode':<10}{'metric':<18}{'measured':>12}{'predicted':>12}{'error':>9}"
     lines = [head, "-" * len(head)]
+    repeats = max((len(r.runs) for r in results.values()), default=1)
+    if repeats > 1:
+        lines.insert(
+            0, f"mean of {repeats} runs per mode (each on a fresh cluster, predicted for its own conditions)"
+        )
     for mode, r in results.items():
         errors = r.error_pct()
         for k in COMPARED:
@@ -157,6 +203,9 @@ def format_tables(results: dict[str, ModeResult]) -> str:
                 f"{mode:<10}{k:<18}{r.measured[k]:>12.3f}{r.predicted[k]:>12.3f}"
                 + (f"{err:>8.1f}%" if err is not None else f"{'-':>9}")
             )
+        if len(r.runs) > 1:
+            jcts = [run["measured"]["jct_s"] for run in r.runs]
+            lines.append(f"{mode:<10}{'jct_s runs':<18}" + " ".join(f"{j:.2f}" for j in jcts))
         for node in sorted(r.measured["snic_bytes"]):
             m, p = r.measured["snic_bytes"][node], r.predicted["snic_bytes"].get(node, {})
             for d in ("rx", "tx"):
