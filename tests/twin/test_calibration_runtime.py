@@ -99,8 +99,11 @@ def test_engine_work_counts_pieces_wall_and_the_thread_cpu_and_reaches_the_metri
             pass
     with work.timed():
         time.sleep(0.03)  # waiting: wall, no CPU
+        with work.waiting():
+            time.sleep(0.05)  # a wait that is not the piece's (a store write it must see land)
     stats = work.stats()
     assert stats["engine_pieces"] == 2.0
+    assert stats["engine_wall_s"] < stats["engine_cpu_s"] + 0.03 + 0.04
     assert 0.02 <= stats["engine_cpu_s"] < 0.03
     assert stats["engine_wall_s"] >= stats["engine_cpu_s"] + 0.03
     metrics = ServeMetrics()

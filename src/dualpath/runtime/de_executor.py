@@ -332,8 +332,9 @@ class DecodeExecutor:
                     state.writes.append(future)
                 state.persisted_tokens = end
             if state.generated >= state.max_tokens:
-                for future in state.writes:
-                    future.result()
+                with self.work.waiting():  # on the store's writes, not working (the twin's write stall)
+                    for future in state.writes:
+                        future.result()
                 state.writes.clear()
 
     def _release(self, message: Message) -> None:

@@ -35,8 +35,9 @@ def name_os_thread(name: str) -> bool:
 class EngineWork:
     """An engine thread's work pieces (a forward, a decode run): how many, their wall time and the CPU
     time the thread itself spent in them. Wall beyond CPU is time the piece was runnable but not running
-    (shared cores, the GIL held by the process's other threads) or waiting (a load, a write). Read by
-    /metrics and the twin's calibration; only the engine thread writes, any thread reads a snapshot.
+    (shared cores, the GIL held by the process's other threads) or waiting (a load; a store write the
+    piece must see land is taken out, `waiting`). Read by /metrics and the twin's calibration; only the
+    engine thread writes, any thread reads a snapshot.
     """
 
     def __init__(self) -> None:
@@ -53,6 +54,16 @@ class EngineWork:
             self.cpu_s += time.thread_time() - cpu0
             self.wall_s += time.monotonic() - wall0
             self.pieces += 1
+
+    @contextmanager
+    def waiting(self) -> Iterator[None]:
+        """Inside a piece: a wait that is not the engine's work (a store write it must see land); its
+        wall time leaves the piece's wall."""
+        wall0 = time.monotonic()
+        try:
+            yield
+        finally:
+            self.wall_s -= time.monotonic() - wall0
 
     def stats(self) -> dict[str, float]:
         return {"engine_pieces": float(self.pieces), "engine_wall_s": self.wall_s, "engine_cpu_s": self.cpu_s}
