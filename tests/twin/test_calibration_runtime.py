@@ -42,6 +42,11 @@ def test_factors_are_per_piece_ratios_a_background_and_the_mean_restart() -> Non
     assert f["background_cores"] == pytest.approx((0.3 + 0.5 + 0.9 - 0.1) / 4.0)
     assert f["decode_restart_s"] == pytest.approx(0.005)
     none = factors(_measured(decode_restarts=0.0, wall_s=0.0), dict.fromkeys(charged, 0.0))
+    # Where the runtime counted its engine pieces, a piece's factor takes their CPU and the engine
+    # thread's CPU outside them (taking messages, releases) joins the background.
+    pieces = factors(_measured(pe_engine_busy_cpu_s=1.5), charged)
+    assert pieces["pe_engine"] == 1.5 and pieces["de_engine"] == 1.5
+    assert pieces["background_cores"] == pytest.approx((0.3 + 0.5 + 0.9 - 0.1 + 0.5) / 4.0)
     # Nothing charged, no wall, no restart: the defaults (efficiencies come from `efficiencies`).
     assert none == {k: v for k, v in NO_FACTORS.items() if not k.endswith("_efficiency")}
 

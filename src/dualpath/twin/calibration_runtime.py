@@ -263,15 +263,24 @@ def efficiencies(measured: Mapping[str, float], twin: Mapping[str, float]) -> di
 def factors(measured: Mapping[str, float], charged: Mapping[str, float]) -> dict[str, float]:
     """What the twin takes from a training replay:
 
-    - per piece (`PER_PIECE`): measured ÷ charged CPU, a factor on each piece the twin charges;
-    - `background_cores`: the I/O threads' CPU and the scheduler's beyond its charged messages, per second
-      of the replay (they work all the time: reports, polls, copies beside the links);
+    - per piece (`PER_PIECE`): measured ÷ charged CPU, a factor on each piece the twin charges; for an
+      engine, the CPU inside its pieces where the runtime counted it (`os_thread.EngineWork`: a forward,
+      a decode run), its thread's whole CPU otherwise;
+    - `background_cores`: the I/O threads' CPU, the engine threads' CPU outside their pieces (taking a
+      message, a release) and the scheduler's beyond its charged messages, per second of the replay
+      (they work all the time: reports, polls, copies beside the links);
     - `decode_restart_s`: the mean time a DE waited between runs of a continuing batch (where measured).
     """
-    out = {g: (measured[g] / charged[g] if charged.get(g, 0.0) > 0.0 else NO_FACTORS[g]) for g in PER_PIECE}
+    piece_cpu_s = {g: measured.get(f"{g}_busy_cpu_s", 0.0) or measured[g] for g in PER_PIECE}
+    out = {
+        g: (piece_cpu_s[g] / charged[g] if charged.get(g, 0.0) > 0.0 else NO_FACTORS[g]) for g in PER_PIECE
+    }
     wall_s = measured.get("wall_s", 0.0)
-    extra_cpu_s = sum(measured[g] for g in IO_GROUPS) + max(
-        0.0, measured["serve"] - charged.get("serve", 0.0)
+    outside_pieces_s = sum(max(0.0, measured[g] - piece_cpu_s[g]) for g in PER_PIECE)
+    extra_cpu_s = (
+        sum(measured[g] for g in IO_GROUPS)
+        + outside_pieces_s
+        + max(0.0, measured["serve"] - charged.get("serve", 0.0))
     )
     out["background_cores"] = extra_cpu_s / wall_s if wall_s > 0.0 else 0.0
     if measured.get("decode_restarts", 0.0) > 0.0:
