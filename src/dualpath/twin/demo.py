@@ -24,7 +24,9 @@ def cached_calibration(
     if path.is_file():
         try:
             cached = load_calibration(path)
-            if cached.runtime_cpu:  # written before the in-situ factors: measure again
+            if cached.runtime_cpu and all(  # else written before the in-situ factors or the engines'
+                "pe_efficiency" in f or "de_efficiency" in f for f in cached.runtime_cpu.values()
+            ):  # efficiencies: measure again
                 return cached
         except CalibrationError:
             pass  # an old or broken cache: measure again
