@@ -10,7 +10,9 @@ costs added, each from a calibration measurement (docs/twin.md "What the twin ad
   (`external_cores`, measured by `host_load.HostLoadSampler` outside our process tree) and with a
   background of our own threads that work all the time; CPU seconds are conserved. What each piece
   costs is its calibrated CPU time (one thread on an idle core) times the in-situ factor of its group
-  (`calibration_runtime`, measured on a training replay of a running cluster).
+  (`calibration_runtime`, measured on training replays of a running cluster). An engine's piece (a
+  forward, a decode run) keeps its thread only η busy (`pe_efficiency`, `de_efficiency`, in situ: the
+  runtime's wall ÷ CPU per piece beyond what the sharing explains — the GIL, wake-ups).
 - HTTP legs: a round's POST and its first SSE chunk back (`http_leg_s` + per prompt token, measured on
   the real API app with a no-op backend) delay the request's arrival at the scheduler; TTFT counts from
   the client's send.
@@ -19,7 +21,8 @@ costs added, each from a calibration measurement (docs/twin.md "What the twin ad
   terms do not include) and its Python work beyond the layers (`prefill_python_s` + per item + per
   cached row). Between a DE's decode runs (up to `max_decode_run_steps` steps, one message each), and
   before a forward's compute starts, the in-situ `decode_restart_s` (else the idle round trip): the
-  same trip from the scheduler to a node's engine thread and back.
+  same trip from the scheduler to a node's engine thread and back. A first token and a `done` reach the
+  client that much later too (node -> scheduler -> client).
 - Store writes: the runtime's `PipelinedWriter` paces blocks on the SNIC back to back while a small
   pool commits them (`store_write_op_s` each): a persist is done one commit after its last byte. Its
   jobs (one per persist command, prompt blocks or decode-time blocks) cross the link FIFO per DE node,
