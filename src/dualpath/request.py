@@ -30,7 +30,7 @@ class Phase(enum.Enum):
     DONE = "done"
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, slots=True)
 class Request:
     request_id: int
     trajectory_id: int

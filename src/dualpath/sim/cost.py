@@ -186,6 +186,10 @@ class CostModel:
         # (batch, per-sequence context buckets) -> step time, for `decode_step_max_s`: the simulator asks
         # for every DE of a node at each batch change (≈850 K calls at 512 agents), with few distinct keys.
         self._decode_steps: dict[tuple[int, int], float] = {}
+        # The last `attention_layer_time_s` call's requests and its running sums after each of them
+        # (`_attention_sums`): see that method's NOTE.
+        self._attention_prefix: list[tuple[int, int]] = []
+        self._attention_sums: list[tuple[int, int, float, int]] = [(0, 0, 0.0, 0)]
 
     @staticmethod
     def from_dict(model: ModelSpec, coefficients: dict[str, Any]) -> CostModel:
@@ -197,19 +201,35 @@ class CostModel:
     # -- prefill ---------------------------------------------------------------------------------
 
     def attention_layer_time_s(self, requests: Sequence[Request]) -> float:
-        """Attention time of one layer on one GPU for these (cached, new) requests (§6.4 quota fit)."""
+        """Attention time of one layer on one GPU for these (cached, new) requests (§6.4 quota fit).
+
+        NOTE: §6.4 packing asks for a growing batch and then binary-searches its last request's size
+        (`policy.batching.pack_by_compute_quota`), each call with the whole batch so far: the same
+        leading requests again and again. The sums over the requests that lead the previous call too
+        are taken from it (`_attention_sums[k]`: the sums over its first k requests), and only the rest
+        is added up. The sums are built in the same order as a fresh loop, so the result is identical.
+        """
         c = self.coefficients
-        main_pairs = indexer_pairs = 0
-        weighted_context = 0.0
-        new_total = 0
-        for cached, new in requests:
-            if new <= 0:
-                continue
-            main_pairs += arch.causal_key_count(cached, new, self._top_k)
-            if self._indexer_flops_per_pair:
-                indexer_pairs += arch.causal_key_count(cached, new)
-            weighted_context += new * (cached + new)
-            new_total += new
+        prefix, sums = self._attention_prefix, self._attention_sums
+        k, same = 0, min(len(prefix), len(requests))
+        while k < same:
+            cached, new = requests[k]
+            if prefix[k] != (cached, new):
+                break
+            k += 1
+        if k < len(prefix):
+            del prefix[k:]
+            del sums[k + 1 :]
+        main_pairs, indexer_pairs, weighted_context, new_total = sums[k]
+        for cached, new in requests[k:]:
+            prefix.append((cached, new))
+            if new > 0:
+                main_pairs += arch.causal_key_count(cached, new, self._top_k)
+                if self._indexer_flops_per_pair:
+                    indexer_pairs += arch.causal_key_count(cached, new)
+                weighted_context += new * (cached + new)
+                new_total += new
+            sums.append((main_pairs, indexer_pairs, weighted_context, new_total))
         if new_total == 0:
             return 0.0
         main_flops = main_pairs * self._main_flops_per_pair

@@ -55,8 +55,10 @@ class SimConfig:
     early_stop: EarlyStop | None = None
 
 
-@dataclass
+@dataclass(slots=True)
 class RequestTimes:
+    """One request's milestones. Slotted: a run keeps one per request to its end (≈8 M at 48P96D)."""
+
     agent: int
     round_index: int
     prompt_tokens: int
@@ -77,7 +79,7 @@ class RequestTimes:
     done_s: float = math.nan
 
 
-@dataclass
+@dataclass(slots=True)
 class _Step:
     c: cmd.StartPrefillStep
     start_s: float
@@ -88,7 +90,7 @@ class _Step:
     compute_done: bool = False
 
 
-@dataclass
+@dataclass(slots=True)
 class _DecodeRun:
     start_s: float = 0.0
     step_s: float = 0.0
