@@ -155,8 +155,17 @@ def test_calibrate_measures_the_runtime_in_situ_per_mode(quick_preset: tuple[Pat
         assert measured["pe_engine"] > 0 and measured["de_engine"] > 0 and measured["serve"] > 0, mode
         assert measured["client"] > 0 and measured["wall_s"] > 0, mode
         assert measured["prefill_tokens_per_s"] > 0, mode  # the run's scheduler constants
-        assert f["pe_engine"] == pytest.approx(measured["pe_engine"] / charged["pe_engine"]), mode
+        # The engines counted their pieces (EngineWork via /metrics): the factor takes the CPU inside them.
+        for group in ("pe_engine", "de_engine"):
+            busy_cpu_s = measured[f"{group}_busy_cpu_s"]
+            assert 0 < busy_cpu_s <= measured[group] * 1.05 and measured[f"{group}_wall_s"] >= busy_cpu_s, (
+                mode
+            )
+            assert f[group] == pytest.approx(busy_cpu_s / charged[group]), mode
         assert f["background_cores"] > 0.0, mode
+        # The efficiencies' fixed point ran on the twin's engine pieces of the same replays.
+        assert stored["twin_engine_s"]["pe_engine_busy_cpu_s"] > 0, mode
+        assert 0.25 <= f["pe_efficiency"] <= 1.0 and 0.25 <= f["de_efficiency"] <= 1.0, mode
     # Oracle decodes continuing batches: the DEs counted their restarts.
     assert calibration.measurements["runtime_cpu"]["oracle"]["measured_cpu_s"]["decode_restarts"] > 0
     assert 0.0 < calibration.runtime_cpu["oracle"]["decode_restart_s"] < 1.0
