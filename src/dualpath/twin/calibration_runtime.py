@@ -7,8 +7,8 @@ scheduler, API and client do more per request than a no-op backend shows (measur
 the CPU went"). So `calibrate` also replays a *training* trace — the validate trace's profile and
 concurrency, but other seeds and only `TRAINING_ROUNDS` rounds, so never the trace a validation
 replays — on a fresh local cluster per mode and training seed (`TRAINING_SEEDS`: the CPU of one short
-replay moves by ±20 % between runs, so three are pooled), and reads every thread's CPU time from /proc before and
-after the replay. Threads are grouped by what the twin models:
+replay moves by ±20 % between runs, so three are pooled), and reads every thread's CPU time from /proc
+before and after the replay. Threads are grouped by what the twin models:
 
     pe_engine   the PE's forward worker (OS thread name `pe-worker`, runtime/os_thread.py)
     pe_io       every other thread of the PE's process (I/O, sends, notices, ZeroMQ, its main loop)
@@ -203,17 +203,24 @@ def pooled(replays: Sequence[Mapping[str, float]]) -> dict[str, float]:
     return out
 
 
-def twin_cpu_s(spec: Any, calibration: Any, mode: str, measured: Mapping[str, float]) -> dict[str, float]:
-    """CPU seconds per group the twin charges for one training replay (its seed's trace, no factors, an
-    idle host, that run's scheduler constants)."""
+def _twin_on_replay(
+    spec: Any, calibration: Any, mode: str, measured: Mapping[str, float], cpu_factors: Mapping[str, float]
+) -> dict[str, Any]:
+    """The twin's metrics for one training replay: its seed's trace, an idle host, that run's scheduler
+    constants, `cpu_factors`."""
     from dualpath.twin.predict import predict
     from dualpath.twin.validate import trace_rounds
 
     rates = {k: measured[k] for k in RATE_KEYS if measured.get(k, 0.0) > 0.0}
     seed = int(measured["seed"])
     metrics, _ = predict(spec, calibration, mode, trace_rounds(training_options(seed)), seed=seed,
-                         cpu_factors={}, scheduler_rates=rates)  # fmt: skip
-    by_thread = metrics["cpu_s_by_thread"]
+                         cpu_factors=cpu_factors, scheduler_rates=rates)  # fmt: skip
+    return metrics
+
+
+def twin_cpu_s(spec: Any, calibration: Any, mode: str, measured: Mapping[str, float]) -> dict[str, float]:
+    """CPU seconds per group the twin charges for one training replay (no factors)."""
+    by_thread = _twin_on_replay(spec, calibration, mode, measured, {})["cpu_s_by_thread"]
     return {
         "pe_engine": sum(v for k, v in by_thread.items() if k.startswith("pe")),
         "de_engine": sum(v for k, v in by_thread.items() if k.startswith("de")),
@@ -228,13 +235,7 @@ def twin_engine_work(
     """The twin's engine pieces on one training replay with `cpu_factors` (the per-piece factors, the
     background, the efficiencies so far): wall and CPU seconds per engine group, as the runtime's
     EngineWork counts them."""
-    from dualpath.twin.predict import predict
-    from dualpath.twin.validate import trace_rounds
-
-    rates = {k: measured[k] for k in RATE_KEYS if measured.get(k, 0.0) > 0.0}
-    seed = int(measured["seed"])
-    metrics, _ = predict(spec, calibration, mode, trace_rounds(training_options(seed)), seed=seed,
-                         cpu_factors=cpu_factors, scheduler_rates=rates)  # fmt: skip
+    metrics = _twin_on_replay(spec, calibration, mode, measured, cpu_factors)
     out = {}
     for group, (_, wall_s, cpu_s) in metrics["engine_work"].items():
         out[f"{group}_wall_s"], out[f"{group}_busy_cpu_s"] = wall_s, cpu_s
