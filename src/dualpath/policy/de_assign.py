@@ -6,6 +6,7 @@ scheduler reserves it when the request is placed on a DE, so decode never preemp
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -26,13 +27,16 @@ class DeCandidate:
 def route_to_de_groups(requests: Sequence[Request], group_tok: Mapping[int, int]) -> list[tuple[int, int]]:
     """Phase 1: each request goes to the group with the smallest Σtok (then lowest group id).
 
-    Σtok grows by len_r as requests are routed, so a burst spreads over the groups.
+    Σtok grows by len_r as requests are routed, so a burst spreads over the groups. The groups sit in a
+    heap keyed (Σtok, group id), the same order as that min: O(log groups) per request, not O(groups)
+    (96 DE groups at 48P96D, and the whole global queue is routed at once).
     """
-    tok = dict(group_tok)
+    heap = [(tok, group) for group, tok in group_tok.items()]
+    heapq.heapify(heap)
     out: list[tuple[int, int]] = []
     for request in requests:
-        group = min(tok, key=lambda g: (tok[g], g))
-        tok[group] += request.total_tokens
+        tok, group = heap[0]
+        heapq.heapreplace(heap, (tok + request.total_tokens, group))
         out.append((request.request_id, group))
     return out
 
