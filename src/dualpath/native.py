@@ -25,9 +25,9 @@ from pathlib import Path
 from types import ModuleType
 
 # The simulator's hot path whose compiled build cut CPU time with identical results
-# (docs/simulator-native.md). Interpreted on purpose: sim/driver.py (twin/physics.py subclasses its
-# Simulation), dualpath/request.py (imported directly, so nothing could route it to its source first),
-# package __init__ files and this module.
+# (docs/simulator-native.md). sim/driver.py's `Simulation` is compiled with interpreted subclasses allowed
+# (twin/physics.py subclasses it). Interpreted on purpose: dualpath/request.py (imported directly, so
+# nothing could route it to its source first), package __init__ files and this module.
 NATIVE_MODULES: tuple[str, ...] = (
     "dualpath.policy.types",
     "dualpath.policy.traffic",
@@ -54,6 +54,7 @@ NATIVE_MODULES: tuple[str, ...] = (
     "dualpath.sim.rates",
     "dualpath.sim.topology",
     "dualpath.sim.agents",
+    "dualpath.sim.driver",
 )
 
 PURE_PYTHON_ENV = "DUALPATH_PURE_PYTHON"

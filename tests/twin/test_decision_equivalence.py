@@ -6,17 +6,24 @@ a persist, decode steps, a group fetch) is recorded at its virtual time and fed,
 runtime would send, into a fresh `RuntimeDriver`: the sim is the driver's null byte mover and clock. The
 only code that differs between the two runs is the driver's (message building, split reads, one decode
 step per event, done/release), and the decision logs must be identical.
+
+The simulator side runs in a child process on the pure-Python source (`DUALPATH_PURE_PYTHON=1`): the
+compiled `Simulation` type-checks its `core` attribute, so only the interpreted one takes the recorder.
+Decisions cross back as their reprs (the same dataclass reprs in both builds).
 """
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from dualpath.engine.core import ClusterCore
-from dualpath.policy.decisions import Assignment, BatchDecision
 from dualpath.runtime.cluster import RuntimeClusterSpec
 from dualpath.runtime.driver import DriverConfig, RuntimeDriver
 from dualpath.sim.driver import Simulation
@@ -108,13 +115,35 @@ def _driver_config(spec: RuntimeClusterSpec, mode: str) -> DriverConfig:
     )
 
 
-def _simulate(mode: str) -> tuple[Simulation, RecordingCore]:
+def _simulate_here(mode: str) -> dict[str, Any]:
+    """Run the trace in this process (the child's side): what the parent compares."""
     spec = _spec()
     sim = Simulation(sim_config(spec, load_calibration(CALIBRATION), mode), _trace(), seed=0)
     recorder = RecordingCore(sim.core, sim, [name for name, _ in spec.node_ids()])
     sim.core = recorder  # type: ignore[assignment]
     sim.run()
-    return sim, recorder
+    return {
+        "rounds": [a.next_round for a in sim.agents],
+        "events": recorder.events,
+        "decisions": _reprs(sim.log.per_engine()),
+        "sides": sorted({a.side.name for a in sim.log.assignments if a.pe_read_tokens + a.de_read_tokens}),
+        "batched": any(len(b.items) > 1 for b in sim.log.batches if b.pe_engine == 0),
+    }
+
+
+def _simulate(mode: str) -> dict[str, Any]:
+    """`_simulate_here` in a child process on the pure-Python simulator (module docstring)."""
+    env = {**os.environ, "DUALPATH_PURE_PYTHON": "1"}
+    done = subprocess.run(
+        [sys.executable, __file__, mode], env=env, capture_output=True, text=True, check=True
+    )
+    out: dict[str, Any] = json.loads(done.stdout)
+    out["events"] = [(now_s, body) for now_s, body in out["events"]]
+    return out
+
+
+def _reprs(per_engine: dict[str, list[Any]]) -> dict[str, list[str]]:
+    return {stream: [repr(d) for d in decisions] for stream, decisions in per_engine.items()}
 
 
 def _drive(mode: str, events: list[tuple[float, dict[str, Any]]]) -> RuntimeDriver:
@@ -138,29 +167,28 @@ def _drive(mode: str, events: list[tuple[float, dict[str, Any]]]) -> RuntimeDriv
 
 @pytest.mark.parametrize("mode", ["basic", "dualpath", "oracle"])
 def test_runtime_driver_makes_the_simulators_decisions(mode: str) -> None:
-    sim, recorder = _simulate(mode)
-    assert all(a.next_round == 3 for a in sim.agents)  # every round ran
-    driver = _drive(mode, recorder.events)
-    want, got = sim.log.per_engine(), driver.log.per_engine()
+    sim = _simulate(mode)
+    assert sim["rounds"] == [3] * 6  # every round ran
+    driver = _drive(mode, sim["events"])
+    want, got = sim["decisions"], _reprs(driver.log.per_engine())
     assert len(want["assign"]) == 18
-    assert any(len(b.items) > 1 for b in want["pe0"] if isinstance(b, BatchDecision))  # real batching
+    assert sim["batched"]  # real batching
     assert got == want
     assert driver.active_requests == 0  # every request finished through the driver too
     if mode == "dualpath":  # both read sides chosen: the split-read translation was exercised
-        sides = {
-            a.side
-            for a in want["assign"]
-            if isinstance(a, Assignment) and a.pe_read_tokens + a.de_read_tokens
-        }
-        assert len(sides) == 2
+        assert len(sim["sides"]) == 2
 
 
 def test_a_different_policy_is_caught() -> None:
     """The comparison is sharp: the same events through a round-robin-read-path driver diverge (its
     decisions differ, or it is told of a read it never started)."""
-    sim, recorder = _simulate("dualpath")
+    sim = _simulate("dualpath")
     try:
-        diverged = _drive("dualpath-rr", recorder.events).log.per_engine() != sim.log.per_engine()
+        diverged = _reprs(_drive("dualpath-rr", sim["events"]).log.per_engine()) != sim["decisions"]
     except KeyError:
         diverged = True
     assert diverged
+
+
+if __name__ == "__main__":  # the child of `_simulate`
+    print(json.dumps(_simulate_here(sys.argv[1])))

@@ -14,8 +14,10 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
+from mypy_extensions import mypyc_attr
 
 from dualpath.config.specs import ClusterSpec
 from dualpath.engine import commands as cmd
@@ -53,6 +55,16 @@ class SimConfig:
     attention_time_s: AttentionTimeFn | None = None
     # Online runs: stop once clearly past the TTFT SLO (sim/early_stop.py); None runs to the end.
     early_stop: EarlyStop | None = None
+
+
+class StepCosts(Protocol):
+    """What the driver asks of a cost model (`CostModel`; the twin wraps one to charge CPU instead)."""
+
+    def prefill_step_s(
+        self, per_gpu_batches: Sequence[Sequence[tuple[int, int]]], layer_index: int
+    ) -> tuple[float, float, list[float]]: ...
+
+    def decode_step_max_s(self, shape: Sequence[tuple[int, int]]) -> float: ...
 
 
 @dataclass(slots=True)
@@ -156,6 +168,9 @@ class SimOutcome:
         return self.topology.links
 
 
+# Compiled (dualpath/native.py) and still subclassable from Python: the twin's `TwinSimulation` overrides
+# its hooks, and a compiled class calls its methods through Python's lookup when `self` is such a subclass.
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Simulation:
     def __init__(self, config: SimConfig, trajectories: Sequence[Sequence[Round]], *, seed: int) -> None:
         c = config.cluster
@@ -167,12 +182,11 @@ class Simulation:
         self.topo = Topology(self.net, c.hardware, nodes, record=config.record_links,
                              drop_unbinding=not config.record_links)  # fmt: skip
         g = c.hardware.gpus_per_node
-        self.cost = config.cost_model or gpu_cost_model(
-            c.model, c.hardware, decode_ep_size=c.num_decode_nodes * g
-        )
+        cost = config.cost_model or gpu_cost_model(c.model, c.hardware, decode_ep_size=c.num_decode_nodes * g)
+        self.cost: StepCosts = cost
         self.kv_bytes = arch.kv_bytes_per_token(c.model)
         ctx, app = _typical(trajectories)
-        rates = config.core_rates or core_rates(c, self.cost, context_tokens=ctx, append_tokens=app)
+        rates = config.core_rates or core_rates(c, cost, context_tokens=ctx, append_tokens=app)
         self.mode = get_mode(config.mode)
         self.log = DecisionLog()
         self.core = ClusterCore(
@@ -191,7 +205,7 @@ class Simulation:
                 beta_tokens=rates.beta_tokens,
                 read_path=config.read_path,
             ),
-            attention_time_s=config.attention_time_s or attention_predictor(self.cost, c.model.num_layers),
+            attention_time_s=config.attention_time_s or attention_predictor(cost, c.model.num_layers),
             log=self.log,
         )
         self.rates = rates

@@ -46,8 +46,7 @@ from dualpath.runtime.driver import DriverConfig
 from dualpath.runtime.loadgen import poisson_starts
 from dualpath.runtime.persist import COMMITS_IN_FLIGHT
 from dualpath.sim.agents import Round
-from dualpath.sim.cost import CostModel
-from dualpath.sim.driver import SimConfig, Simulation
+from dualpath.sim.driver import SimConfig, Simulation, StepCosts
 from dualpath.sim.links import TrafficClass
 from dualpath.twin.calibrate import CalibrationOverheads
 from dualpath.twin.calibration_runtime import NO_FACTORS
@@ -62,7 +61,7 @@ _DEFAULT_DECODE_RUN_STEPS = int(DriverConfig.__dataclass_fields__["max_decode_ru
 class _RuntimeCost:
     """The calibrated cost model as the runtime's processes experience it (shared cores, fixed costs)."""
 
-    def __init__(self, base: CostModel, twin: TwinSimulation) -> None:
+    def __init__(self, base: StepCosts, twin: TwinSimulation) -> None:
         self._base, self._twin = base, twin
 
     def __getattr__(self, name: str) -> Any:
@@ -140,7 +139,7 @@ class TwinSimulation(Simulation):
         # Per PE node, its forward now: (CPU work done, loads done) — a layerwise forward ends when both are.
         self._forward_state: dict[int, list[bool]] = {}
         self._decode_work: dict[int, CpuWork] = {}  # per DE node: its running decode run's CPU work
-        self.cost = _RuntimeCost(self.cost, self)  # type: ignore[assignment]
+        self.cost = _RuntimeCost(self.cost, self)
         self.max_decode_run_steps = _DEFAULT_DECODE_RUN_STEPS
         self._stall_s: dict[int, float] = {}
         self._stalled: set[int] = set()
