@@ -125,3 +125,23 @@ def test_offline_burst_of_first_rounds_spreads_over_prefill_nodes() -> None:
     assert min(per_node.values()) >= 0.25 * len(first_rounds), per_node
     for engine in sim.core.pe_nodes[0].engines + sim.core.pe_nodes[1].engines:
         assert engine.compute_tok <= sim.rates.beta_tokens + max(t.prompt_tokens for t in first_rounds)
+
+
+class _CheckedFetches(Simulation):
+    """Checks the core's invariants after every group fetch (the DE groups a fetch skips among them)."""
+
+    def _fetch(self) -> None:
+        super()._fetch()
+        self.core.check_invariants()
+
+
+@pytest.mark.parametrize("mode", ["dualpath", "dualpath-rr"])
+def test_fetches_keep_the_scheduler_views_of_skipped_de_groups_exact(mode: str) -> None:
+    """A fetch skips the DE groups that would only report what the scheduler holds; after every fetch
+    each skipped group's read queue and Σtok must equal the scheduler's (`check_de_views`)."""
+    cluster = load_cluster(hardware="hopper-8x400g", model="deepseek-v3.2", num_prefill_nodes=2,
+                           num_decode_nodes=4, overrides=[])  # fmt: skip
+    trajectories = [t[:6] for t in load_trajectories("64k", 96, 3)]
+    sim = _CheckedFetches(SimConfig(cluster=cluster, mode=mode), trajectories, seed=3)
+    out = sim.run()
+    assert all(a.end_s == a.end_s for a in out.agents)

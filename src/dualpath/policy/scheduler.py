@@ -68,6 +68,12 @@ class RequestScheduler:
         self._pe_queue: deque[Request] = deque()
         self._rr_de = 0
         self._de_settled: set[int] = set()  # DE groups whose last fetch left a queue that cannot move
+        # Speed only, same decisions (`de_groups_to_visit`): the DE groups whose fetch is more than a no-op
+        # report. `_de_pending`: a private queue that is not empty and not settled (`has_de_work`).
+        # `_de_report_due`: the group's read queue or Σtok may differ from what `_read_q` / `_group_tok`
+        # hold (marked wherever either side changes), so its report would write something new.
+        self._de_pending: set[int] = set()
+        self._de_report_due: set[int] = set()
         self._rr_pe = 0
 
     # ---- intake -------------------------------------------------------------------------------
@@ -78,6 +84,16 @@ class RequestScheduler:
     @property
     def waiting(self) -> int:
         return len(self._global) + self._de_queued + len(self._pe_queue)
+
+    def check_de_views(self, reports: Mapping[int, tuple[int, int]]) -> None:
+        """`_de_pending` is what `has_de_work` tests, and every DE group not due for a report holds its
+        report already; `reports`: node -> (read_q_tokens, Σ tok_e) now (two-phase scheduling)."""
+        pending = {n for n, q in self._de_queues.items() if q and n not in self._de_settled}
+        assert self._de_pending == pending, (self._de_pending, pending)
+        for node_id, (read_q_tokens, tok) in reports.items():
+            if node_id not in self._de_report_due:
+                assert self._read_q[node_id] == read_q_tokens, (node_id, self._read_q[node_id], read_q_tokens)
+                assert self._group_tok[node_id] == tok, (node_id, self._group_tok[node_id], tok)
 
     def waiting_recount(self) -> int:
         """`waiting` counted from the queues themselves (checks the running count)."""
@@ -102,12 +118,31 @@ class RequestScheduler:
     def note_de_freed(self, node_id: int) -> None:
         """A request on this DE group finished: its HBM and tok_e fell, so its queue may move."""
         self._de_settled.discard(node_id)
+        if self._de_queues[node_id]:
+            self._de_pending.add(node_id)
+        self._de_report_due.add(node_id)
+
+    def mark_de_report_due(self, node_id: int) -> None:
+        """The node's read queue or its DEs' Σtok changed (a no-op for a PE node): report it next fetch."""
+        if node_id in self._de_queues:
+            self._de_report_due.add(node_id)
+
+    @property
+    def global_queue_len(self) -> int:
+        return len(self._global)
+
+    def de_groups_to_visit(self, *, after: int) -> list[int]:
+        """DE groups with ids above `after` whose fetch could place something or change a report, in id
+        order; for every other group a fetch would report what the scheduler already holds and place
+        nothing (with the global queue empty), so a leader loop may skip them (speed only)."""
+        return sorted(n for n in self._de_pending | self._de_report_due if n > after)
 
     def note_de_group(self, node_id: int, *, read_q_tokens: int, tok: int) -> None:
         """A DE group's report (its node's read queue, its Σ tok_e) from a fetch that places nothing."""
         self._read_q[node_id] = read_q_tokens
         if self.scheduling != "round-robin":
             self._group_tok[node_id] = tok
+        self._de_report_due.discard(node_id)
 
     def _note(self, loads: Sequence[EngineLoad]) -> None:
         for load in loads:
@@ -121,6 +156,7 @@ class RequestScheduler:
             placed = self._round_robin_de(loads)
         else:
             self._group_tok[node_id] = sum(load.tok for load in loads)
+            self._de_report_due.discard(node_id)  # its view is its report now (routing may change it)
             routed = route_to_de_groups(list(self._global), self._group_tok) if self._global else []
             for rid, group in routed:
                 request = self._global.popleft()
@@ -129,6 +165,8 @@ class RequestScheduler:
                 self._de_queues[group].append(request)
                 self._de_queued += 1
                 self._de_settled.discard(group)
+                self._de_pending.add(group)
+                self._de_report_due.add(group)
             queue = self._de_queues[node_id]
             # An empty private queue places nothing (phase 2 would return []): skip building candidates.
             cands = (
@@ -151,6 +189,7 @@ class RequestScheduler:
                 placed.append((queue.popleft(), engine))
                 self._de_queued -= 1
             self._de_settled.add(node_id)
+            self._de_pending.discard(node_id)
         for request, engine in placed:
             request.de_engine = engine
             self._pe_queue.append(request)
@@ -229,6 +268,7 @@ class RequestScheduler:
         )
         self._read_q[pe_node] += plan.pe_read_tokens
         self._read_q[de_node] += plan.de_read_tokens
+        self._de_report_due.add(de_node)
         request.pe_engine = pe_engine
         request.pe_read_tokens = plan.pe_read_tokens
         request.de_read_tokens = plan.de_read_tokens
