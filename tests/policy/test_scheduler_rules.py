@@ -73,6 +73,18 @@ def test_de_groups_get_requests_by_smallest_group_tokens() -> None:
     assert [g for _, g in out] == [6, 6, 5]
 
 
+def test_one_request_goes_where_the_first_of_a_burst_would() -> None:
+    """A lone request takes a scan instead of the heap: the same group, ties to the lowest group id."""
+    assert route_to_de_groups([make_request(0, prompt=10, hit=0)], {7: 50, 3: 50, 5: 60}) == [(0, 3)]
+    for seed in range(20):
+        tok = {g: (g * 7919 + seed * 104729) % 5 * 100 for g in range(10, 30)}
+        one = route_to_de_groups([make_request(0, prompt=10, hit=0)], tok)
+        burst = route_to_de_groups(
+            [make_request(0, prompt=10, hit=0), make_request(1, prompt=10, hit=0)], tok
+        )
+        assert one == burst[:1]
+
+
 def de(engine: int, seq: int, tok: int, free: int) -> DeCandidate:
     return DeCandidate(engine_id=engine, node_id=1, seq=seq, tok=tok, free_hbm_tokens=free)
 

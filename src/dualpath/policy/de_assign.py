@@ -31,6 +31,12 @@ def route_to_de_groups(requests: Sequence[Request], group_tok: Mapping[int, int]
     heap keyed (Σtok, group id), the same order as that min: O(log groups) per request, not O(groups)
     (96 DE groups at 48P96D, and the whole global queue is routed at once).
     """
+    if len(requests) == 1:  # the common case (one agent's next round): one scan, no heap to build
+        best_group, best_tok = -1, 0
+        for group, tok in group_tok.items():
+            if best_group < 0 or tok < best_tok or (tok == best_tok and group < best_group):
+                best_group, best_tok = group, tok
+        return [(requests[0].request_id, best_group)]
     heap = [(tok, group) for group, tok in group_tok.items()]
     heapq.heapify(heap)
     out: list[tuple[int, int]] = []
