@@ -5,9 +5,10 @@ event per step: it asks `steps_to_next_event()` (the next token of interest of a
 second token, a filled Full Block to persist, or the last token), runs that many steps, and calls
 `advance(steps)`. The runtime calls `advance(1)` after every real step; both see the same events.
 
-Requests are tracked lazily against the node's step counter (a heap of each request's next event
-step), so a run costs O(events · log n), not O(requests). `Request.generated_tokens` is brought up
-to date whenever one of its events is processed.
+Requests are tracked lazily against the node's step counter (a calendar: each request sits in the
+bucket of its next event step, and a small heap holds the steps that have a bucket), so a run costs
+O(events), not O(requests); events come out by (step, request id), as from one heap of all requests.
+`Request.generated_tokens` is brought up to date whenever one of its events is processed.
 """
 
 from __future__ import annotations
@@ -50,7 +51,9 @@ class DecodeNode:
     steps_done: int = 0
     reserved_tokens: int = 0  # Σ of its engines' reserved_tokens: the group's Σ tok_e, O(1) per fetch
     joining: list[Request] = field(default_factory=list)
-    _heap: list[tuple[int, int, Request]] = field(default_factory=list)  # (event step, id, request)
+    # Calendar of next events (module NOTE): step -> [(id, request)], and a heap of those steps.
+    _events: dict[int, list[tuple[int, Request]]] = field(default_factory=dict)
+    _event_steps: list[int] = field(default_factory=list)
     _join_step: dict[int, tuple[int, int]] = field(default_factory=dict)  # id -> (step, generated)
     _finish_heap: list[tuple[int, int]] = field(default_factory=list)  # (last-token step, id)
 
@@ -79,7 +82,7 @@ class DecodeNode:
             e.running += 1
             e.ctx_base += request.kv_tokens - self.steps_done
             self._join_step[request.request_id] = (self.steps_done, request.generated_tokens)
-            heapq.heappush(self._heap, (self._next_event_step(request), request.request_id, request))
+            self._add_event(self._next_event_step(request), request)
             last = self.steps_done + max(1, request.gen_tokens - request.generated_tokens)
             heapq.heappush(self._finish_heap, (last, request.request_id))
         self.joining.clear()
@@ -90,7 +93,7 @@ class DecodeNode:
         return tuple((e.running, e.ctx_base + e.running * self.steps_done) for e in self.engines)
 
     def steps_to_next_event(self) -> int:
-        return max(1, self._heap[0][0] - self.steps_done) if self._heap else 0
+        return max(1, self._event_steps[0] - self.steps_done) if self._event_steps else 0
 
     def steps_to_next_batch_change(self) -> int:
         """Steps until a request's last token (the batch shrinks); 0 when nothing runs.
@@ -103,9 +106,13 @@ class DecodeNode:
     def advance(self, steps: int) -> list[DecodeEvent]:
         self.steps_done += steps
         events: list[DecodeEvent] = []
-        while self._heap and self._heap[0][0] <= self.steps_done:
-            step, rid, request = heapq.heappop(self._heap)
-            events.append(self._process(request, step))
+        event_steps, calendar = self._event_steps, self._events
+        while event_steps and event_steps[0] <= self.steps_done:
+            step = heapq.heappop(event_steps)
+            due = calendar.pop(step)
+            due.sort()  # by request id (ids are unique, so requests are never compared)
+            for _, request in due:
+                events.append(self._process(request, step))
         finish = self._finish_heap
         while finish and finish[0][0] <= self.steps_done:
             heapq.heappop(finish)
@@ -126,7 +133,7 @@ class DecodeNode:
             e.running -= 1
             e.ctx_base -= request.kv_tokens - self.steps_done
         else:
-            heapq.heappush(self._heap, (self._next_event_step(request), request.request_id, request))
+            self._add_event(self._next_event_step(request), request)
         return DecodeEvent(
             request=request,
             step=step,
@@ -134,6 +141,14 @@ class DecodeNode:
             persist_tokens=persist,
             finished=finished,
         )
+
+    def _add_event(self, step: int, request: Request) -> None:
+        due = self._events.get(step)
+        if due is None:
+            self._events[step] = [(request.request_id, request)]
+            heapq.heappush(self._event_steps, step)
+        else:
+            due.append((request.request_id, request))
 
     def _next_event_step(self, request: Request) -> int:
         """Absolute step of the request's next second-token / block-full / last-token event."""
@@ -145,6 +160,8 @@ class DecodeNode:
 
     def check_invariants(self) -> None:
         assert sum(e.running for e in self.engines) == len(self._join_step)
+        assert sorted(self._event_steps) == sorted(self._events)
+        assert sum(map(len, self._events.values())) == len(self._join_step)  # one next event per request
         for e in self.engines:
             assert 0 <= e.reserved_tokens <= max(e.hbm_tokens, e.reserved_tokens)
         assert self.reserved_tokens == sum(e.reserved_tokens for e in self.engines)
