@@ -67,12 +67,13 @@ class RequestScheduler:
         self._de_queued = 0
         self._pe_queue: deque[Request] = deque()
         self._rr_de = 0
-        self._de_settled: set[int] = set()  # DE groups whose last fetch left a queue that cannot move
-        # Speed only, same decisions (`de_groups_to_visit`): the DE groups whose fetch is more than a no-op
-        # report. `_de_pending`: a private queue that is not empty and not settled (`has_de_work`).
-        # `_de_report_due`: the group's read queue or Σtok may differ from what `_read_q` / `_group_tok`
-        # hold (marked wherever either side changes), so its report would write something new.
+        # DE groups whose private queue could move at their next fetch (`has_de_work`): routed to since
+        # their last fetch, or one of their DEs freed since. A fetch leaves its group out of it: phase 2
+        # is deterministic, so an unchanged queue stops at the same head again.
         self._de_pending: set[int] = set()
+        # Speed only, same decisions (`de_groups_to_visit`): DE groups whose read queue or Σtok may differ
+        # from what `_read_q` / `_group_tok` hold (marked wherever either side changes), so their report
+        # would write something new.
         self._de_report_due: set[int] = set()
         self._rr_pe = 0
 
@@ -86,10 +87,9 @@ class RequestScheduler:
         return len(self._global) + self._de_queued + len(self._pe_queue)
 
     def check_de_views(self, reports: Mapping[int, tuple[int, int]]) -> None:
-        """`_de_pending` is what `has_de_work` tests, and every DE group not due for a report holds its
-        report already; `reports`: node -> (read_q_tokens, Σ tok_e) now (two-phase scheduling)."""
-        pending = {n for n, q in self._de_queues.items() if q and n not in self._de_settled}
-        assert self._de_pending == pending, (self._de_pending, pending)
+        """Every pending DE group has a queue, and every DE group not due for a report holds its report
+        already; `reports`: node -> (read_q_tokens, Σ tok_e) now (two-phase scheduling)."""
+        assert all(self._de_queues[n] for n in self._de_pending), self._de_pending
         for node_id, (read_q_tokens, tok) in reports.items():
             if node_id not in self._de_report_due:
                 assert self._read_q[node_id] == read_q_tokens, (node_id, self._read_q[node_id], read_q_tokens)
@@ -113,11 +113,10 @@ class RequestScheduler:
         since the group's last fetch with no DE of the group freed since (`note_de_freed`): phase 2
         is deterministic, so it would stop at the same head again.
         """
-        return bool(self._global) or (bool(self._de_queues[node_id]) and node_id not in self._de_settled)
+        return bool(self._global) or node_id in self._de_pending
 
     def note_de_freed(self, node_id: int) -> None:
         """A request on this DE group finished: its HBM and tok_e fell, so its queue may move."""
-        self._de_settled.discard(node_id)
         if self._de_queues[node_id]:
             self._de_pending.add(node_id)
         self._de_report_due.add(node_id)
@@ -164,7 +163,6 @@ class RequestScheduler:
                 self._group_tok[group] += request.total_tokens
                 self._de_queues[group].append(request)
                 self._de_queued += 1
-                self._de_settled.discard(group)
                 self._de_pending.add(group)
                 self._de_report_due.add(group)
             queue = self._de_queues[node_id]
@@ -188,7 +186,6 @@ class RequestScheduler:
             for _rid, engine in assign_within_de_group(queue, cands, z_factor=z_factor):
                 placed.append((queue.popleft(), engine))
                 self._de_queued -= 1
-            self._de_settled.add(node_id)
             self._de_pending.discard(node_id)
         for request, engine in placed:
             request.de_engine = engine

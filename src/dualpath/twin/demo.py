@@ -24,9 +24,11 @@ def cached_calibration(
     if path.is_file():
         try:
             cached = load_calibration(path)
-            if cached.runtime_cpu and all(  # else written before the in-situ factors or the engines'
+            # A cache written before the in-situ factors, or before the engines' efficiencies: measure again.
+            with_efficiencies = all(
                 "pe_efficiency" in f or "de_efficiency" in f for f in cached.runtime_cpu.values()
-            ):  # efficiencies: measure again
+            )
+            if cached.runtime_cpu and with_efficiencies:
                 return cached
         except CalibrationError:
             pass  # an old or broken cache: measure again
