@@ -26,9 +26,9 @@ from types import ModuleType
 
 # The simulator's hot path whose compiled build cut CPU time with identical results
 # (docs/simulator-native.md). sim/driver.py's `Simulation` is compiled with interpreted subclasses allowed
-# (twin/physics.py subclasses it). Interpreted on purpose: dualpath/request.py (imported directly, so
-# nothing could route it to its source first), package __init__ files and this module.
+# (twin/physics.py subclasses it). Interpreted on purpose: package __init__ files and this module.
 NATIVE_MODULES: tuple[str, ...] = (
+    "dualpath.request",
     "dualpath.policy.types",
     "dualpath.policy.traffic",
     "dualpath.policy.decisions",
