@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass, field
-from typing import NamedTuple
 
 from dualpath.request import Request
 
@@ -35,12 +34,21 @@ class DecodeEngine:
         return self.hbm_tokens - self.reserved_tokens
 
 
-class DecodeEvent(NamedTuple):
-    request: Request
-    step: int  # absolute step of the (first) event processed; earlier than now when advanced past it
-    second_token: bool
-    persist_tokens: int  # whole blocks that filled (0 if none)
-    finished: bool
+class DecodeEvent:
+    """A request's token of interest, out of `DecodeNode.advance` (a plain class: see `EngineLoad`)."""
+
+    __slots__ = ("request", "step", "second_token", "persist_tokens", "finished")
+
+    def __init__(
+        self, *, request: Request, step: int, second_token: bool, persist_tokens: int, finished: bool
+    ) -> None:
+        self.request = request
+        self.step = (
+            step  # absolute step of the (first) event processed; earlier than now when advanced past it
+        )
+        self.second_token = second_token
+        self.persist_tokens = persist_tokens  # whole blocks that filled (0 if none)
+        self.finished = finished
 
 
 @dataclass

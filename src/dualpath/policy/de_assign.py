@@ -8,20 +8,31 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
 from dualpath.request import Request
 
 
-@dataclass(kw_only=True, slots=True)
 class DeCandidate:
-    """Scheduler-side view of one DE during a fetch; counts change as requests are placed."""
+    """Scheduler-side view of one DE during a fetch; counts change as requests are placed.
 
-    engine_id: int
-    node_id: int
-    seq: int
-    tok: int
-    free_hbm_tokens: int
+    NOTE: a plain class with its own `__init__`, not a dataclass: in the native build a dataclass's
+    generated `__init__` stays interpreted, and every fetch builds one of these per engine.
+    """
+
+    __slots__ = ("engine_id", "node_id", "seq", "tok", "free_hbm_tokens")
+
+    def __init__(self, *, engine_id: int, node_id: int, seq: int, tok: int, free_hbm_tokens: int) -> None:
+        self.engine_id = engine_id
+        self.node_id = node_id
+        self.seq = seq
+        self.tok = tok
+        self.free_hbm_tokens = free_hbm_tokens
+
+    def __repr__(self) -> str:
+        return (
+            f"DeCandidate(engine_id={self.engine_id}, node_id={self.node_id}, seq={self.seq}, "
+            f"tok={self.tok}, free_hbm_tokens={self.free_hbm_tokens})"
+        )
 
 
 def route_to_de_groups(requests: Sequence[Request], group_tok: Mapping[int, int]) -> list[tuple[int, int]]:

@@ -20,20 +20,32 @@ and go to a single PE node (docs/core.md §3).
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 
 from dualpath.request import Request
 
 
-@dataclass(kw_only=True, slots=True)
 class PeCandidate:
-    """Scheduler-side view of one PE during a fetch; `tok` and `read_q_tokens` grow as it assigns."""
+    """Scheduler-side view of one PE during a fetch; `tok` and `read_q_tokens` grow as it assigns.
 
-    engine_id: int
-    node_id: int
-    tok: int
-    compute_tok: int  # miss tokens of its unfinished requests: the GPU work β bounds
-    read_q_tokens: int
+    A plain class for the native build's sake (see `DeCandidate`).
+    """
+
+    __slots__ = ("engine_id", "node_id", "tok", "compute_tok", "read_q_tokens")
+
+    def __init__(
+        self, *, engine_id: int, node_id: int, tok: int, compute_tok: int, read_q_tokens: int
+    ) -> None:
+        self.engine_id = engine_id
+        self.node_id = node_id
+        self.tok = tok
+        self.compute_tok = compute_tok  # miss tokens of its unfinished requests: the GPU work β bounds
+        self.read_q_tokens = read_q_tokens
+
+    def __repr__(self) -> str:
+        return (
+            f"PeCandidate(engine_id={self.engine_id}, node_id={self.node_id}, tok={self.tok}, "
+            f"compute_tok={self.compute_tok}, read_q_tokens={self.read_q_tokens})"
+        )
 
     def take(self, request: Request) -> None:
         """`request` assigned here this fetch: its tokens(r) and its miss tokens, kept together."""

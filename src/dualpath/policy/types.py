@@ -13,22 +13,45 @@ class ReadSide(enum.Enum):
     DE = "de_read"
 
 
-class EngineLoad(NamedTuple):
+class EngineLoad:
     """What an engine reports at a group fetch (paper §6.1).
 
     `tok` counts prompt tokens of unfinished requests on a PE and `len_r` (prompt + output) of
     unfinished requests on a DE; `compute_tok` (PEs only) counts the miss tokens of a PE's unfinished
     requests, the GPU work β bounds (docs/core.md §3); `read_q_tokens` is the hit tokens waiting to be
     read (queued or in flight) on the engine's node SNIC; `free_hbm_tokens` is used for DEs only.
+
+    NOTE: a plain class, not a NamedTuple: a NamedTuple's `__new__` is interpreted code even in the
+    native build, and every fetch builds one report per engine of each group it visits.
     """
 
-    engine_id: int
-    node_id: int
-    seq: int
-    tok: int
-    compute_tok: int
-    read_q_tokens: int
-    free_hbm_tokens: int = 0
+    __slots__ = ("engine_id", "node_id", "seq", "tok", "compute_tok", "read_q_tokens", "free_hbm_tokens")
+
+    def __init__(
+        self,
+        *,
+        engine_id: int,
+        node_id: int,
+        seq: int,
+        tok: int,
+        compute_tok: int,
+        read_q_tokens: int,
+        free_hbm_tokens: int = 0,
+    ) -> None:
+        self.engine_id = engine_id
+        self.node_id = node_id
+        self.seq = seq
+        self.tok = tok
+        self.compute_tok = compute_tok
+        self.read_q_tokens = read_q_tokens
+        self.free_hbm_tokens = free_hbm_tokens
+
+    def __repr__(self) -> str:
+        return (
+            f"EngineLoad(engine_id={self.engine_id}, node_id={self.node_id}, seq={self.seq}, tok={self.tok}, "
+            f"compute_tok={self.compute_tok}, read_q_tokens={self.read_q_tokens}, "
+            f"free_hbm_tokens={self.free_hbm_tokens})"
+        )
 
 
 class NodeReadState(NamedTuple):
