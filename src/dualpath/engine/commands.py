@@ -9,75 +9,144 @@ DecodeChanged   a DE node's running batch changed: re-time its decode steps
 TokenMilestone  token 1 (prefill end), 2 (first decode step) and the last one were produced
 RequestDone     the request finished and its KV is persisted: the agent may send its next round
 
-NOTE: immutable NamedTuples built by keyword, not frozen dataclasses: the simulator builds several per
-event (≈14 % of its CPU went to frozen-dataclass `__init__`), and a tuple's constructor is ~4× cheaper.
-Compare them only with their own type (tuples of different types with equal fields compare equal).
+NOTE: plain slotted classes built by keyword and never changed after, not frozen dataclasses or
+NamedTuples: the simulator builds several per event. A frozen dataclass's `__init__` took ≈14 % of its
+CPU (one `object.__setattr__` per field), and in the native build (docs/simulator-native.md) both a
+dataclass's generated `__init__` and a NamedTuple's `__new__` stay interpreted, while a class's own
+`__init__` compiles to C. They compare by identity; `repr` shows their fields.
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import ClassVar
 
 from dualpath.request import Request
 
 
-class StartRead(NamedTuple):
-    node_id: int
-    request: Request
-    tokens: int
+class _Command:
+    """Base of the commands: a readable repr from the fields each class lists in `_fields`."""
+
+    __slots__ = ()
+    _fields: ClassVar[tuple[str, ...]] = ()
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{name}={getattr(self, name)!r}" for name in self._fields)
+        return f"{type(self).__name__}({args})"
 
 
-class StepItem(NamedTuple):
+class StartRead(_Command):
+    _fields = ("node_id", "request", "tokens")
+    __slots__ = _fields
+
+    def __init__(self, *, node_id: int, request: Request, tokens: int) -> None:
+        self.node_id = node_id
+        self.request = request
+        self.tokens = tokens
+
+
+class StepItem(_Command):
     """One request's share of a PE forward, with the tokens each hop moves (per all layers).
 
     Sources of the KV loaded into PE HBM: `load_pe_tokens` from the PE buffer (PE CNIC loopback),
     `load_de_tokens` from the DE buffer (DE CNIC => PE CNIC). `out_tokens` go PE HBM => DE buffer.
     """
 
-    request: Request
-    pe_engine: int
-    cached_tokens: int
-    new_tokens: int
-    load_pe_tokens: int
-    load_de_tokens: int
-    out_tokens: int
-    completes_prefill: bool
+    _fields = (
+        "request",
+        "pe_engine",
+        "cached_tokens",
+        "new_tokens",
+        "load_pe_tokens",
+        "load_de_tokens",
+        "out_tokens",
+        "completes_prefill",
+    )
+    __slots__ = _fields
+
+    def __init__(
+        self,
+        *,
+        request: Request,
+        pe_engine: int,
+        cached_tokens: int,
+        new_tokens: int,
+        load_pe_tokens: int,
+        load_de_tokens: int,
+        out_tokens: int,
+        completes_prefill: bool,
+    ) -> None:
+        self.request = request
+        self.pe_engine = pe_engine
+        self.cached_tokens = cached_tokens
+        self.new_tokens = new_tokens
+        self.load_pe_tokens = load_pe_tokens
+        self.load_de_tokens = load_de_tokens
+        self.out_tokens = out_tokens
+        self.completes_prefill = completes_prefill
 
 
-class StartPrefillStep(NamedTuple):
-    node_id: int
-    step_id: int
-    layerwise: bool
-    batches: tuple[tuple[StepItem, ...], ...]  # one tuple per engine of the node (may be empty)
+class StartPrefillStep(_Command):
+    _fields = ("node_id", "step_id", "layerwise", "batches")
+    __slots__ = _fields
+
+    def __init__(
+        self, *, node_id: int, step_id: int, layerwise: bool, batches: tuple[tuple[StepItem, ...], ...]
+    ) -> None:
+        self.node_id = node_id
+        self.step_id = step_id
+        self.layerwise = layerwise
+        self.batches = batches  # one tuple per engine of the node (may be empty)
 
 
-class StartH2D(NamedTuple):
-    de_engine: int
-    request: Request
-    tokens: int
+class StartH2D(_Command):
+    _fields = ("de_engine", "request", "tokens")
+    __slots__ = _fields
+
+    def __init__(self, *, de_engine: int, request: Request, tokens: int) -> None:
+        self.de_engine = de_engine
+        self.request = request
+        self.tokens = tokens
 
 
-class StartPersist(NamedTuple):
-    de_engine: int
-    request: Request
-    tokens: int
-    from_hbm: bool  # decode-time block: D2H through the CNIC first; prompt blocks leave DRAM directly
+class StartPersist(_Command):
+    _fields = ("de_engine", "request", "tokens", "from_hbm")
+    __slots__ = _fields
+
+    def __init__(self, *, de_engine: int, request: Request, tokens: int, from_hbm: bool) -> None:
+        self.de_engine = de_engine
+        self.request = request
+        self.tokens = tokens
+        self.from_hbm = (
+            from_hbm  # decode-time block: D2H through the CNIC first; prompt blocks leave DRAM directly
+        )
 
 
-class DecodeChanged(NamedTuple):
-    node_id: int
+class DecodeChanged(_Command):
+    _fields = ("node_id",)
+    __slots__ = _fields
+
+    def __init__(self, *, node_id: int) -> None:
+        self.node_id = node_id
 
 
-class TokenMilestone(NamedTuple):
-    request: Request
-    token_index: int  # 1, 2, or gen_tokens (the last)
-    # Decode steps before `now_s` at which the token came out: a driver that runs several decode
-    # steps at once learns of a second token late and back-dates it (0: produced now).
-    steps_before_now: int = 0
+class TokenMilestone(_Command):
+    _fields = ("request", "token_index", "steps_before_now")
+    __slots__ = _fields
+
+    def __init__(self, *, request: Request, token_index: int, steps_before_now: int = 0) -> None:
+        self.request = request
+        self.token_index = token_index  # 1, 2, or gen_tokens (the last)
+        # Decode steps before `now_s` at which the token came out: a driver that runs several decode
+        # steps at once learns of a second token late and back-dates it (0: produced now).
+        self.steps_before_now = steps_before_now
 
 
-class RequestDone(NamedTuple):
-    request: Request
+class RequestDone(_Command):
+    _fields = ("request",)
+    __slots__ = _fields
+
+    def __init__(self, *, request: Request) -> None:
+        self.request = request
 
 
 Command = (
