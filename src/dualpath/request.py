@@ -14,7 +14,6 @@ Token accounting of one request::
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
 
 
 class Phase(enum.Enum):
@@ -30,33 +29,82 @@ class Phase(enum.Enum):
     DONE = "done"
 
 
-@dataclass(kw_only=True, slots=True)
-class Request:
-    request_id: int
-    trajectory_id: int
-    round_index: int
-    prompt_tokens: int
-    hit_tokens: int  # cached prefix, whole Full Blocks
-    gen_tokens: int  # output tokens, >= 1
-    arrival_s: float
-    phase: Phase = Phase.QUEUED
-    pe_engine: int | None = None
-    de_engine: int | None = None
-    pe_read_tokens: int = 0  # hit tokens read by the PE node's SNIC (PE read path)
-    de_read_tokens: int = 0  # hit tokens read by the DE node's SNIC (DE read path)
-    computed_tokens: int = 0  # miss tokens prefilled so far (chunked prefill advances it)
-    generated_tokens: int = 0  # output tokens produced so far
-    persisted_tokens: int = 0  # prefix whose KV is in storage (starts at hit_tokens)
-    parts_reading: int = 0  # storage reads (one per side) not yet finished
+_FIELDS = (
+    "request_id",
+    "trajectory_id",
+    "round_index",
+    "prompt_tokens",
+    "hit_tokens",
+    "gen_tokens",
+    "arrival_s",
+    "phase",
+    "pe_engine",
+    "de_engine",
+    "pe_read_tokens",
+    "de_read_tokens",
+    "computed_tokens",
+    "generated_tokens",
+    "persisted_tokens",
+    "parts_reading",
+)
 
-    def __post_init__(self) -> None:
-        if not 0 <= self.hit_tokens <= self.prompt_tokens:
-            raise ValueError(f"request {self.request_id}: hit_tokens must lie in [0, prompt_tokens]")
-        if self.hit_tokens == self.prompt_tokens and self.prompt_tokens > 0:
-            raise ValueError(f"request {self.request_id}: at least one prompt token must be computed")
-        if self.gen_tokens < 1:
-            raise ValueError(f"request {self.request_id}: gen_tokens must be >= 1")
-        self.persisted_tokens = max(self.persisted_tokens, self.hit_tokens)
+
+class Request:
+    """One round of one agent as the core tracks it; the fields are listed in `_FIELDS`.
+
+    NOTE: a plain class with its own `__init__`, not a dataclass: the native build compiles it to C,
+    whereas a dataclass's generated `__init__` stays interpreted (docs/simulator-native.md), and the
+    simulator makes one per agent round (≈8 M at 48P96D). Requests compare by identity.
+    """
+
+    __slots__ = _FIELDS
+
+    def __init__(
+        self,
+        *,
+        request_id: int,
+        trajectory_id: int,
+        round_index: int,
+        prompt_tokens: int,
+        hit_tokens: int,  # cached prefix, whole Full Blocks
+        gen_tokens: int,  # output tokens, >= 1
+        arrival_s: float,
+        phase: Phase = Phase.QUEUED,
+        pe_engine: int | None = None,
+        de_engine: int | None = None,
+        pe_read_tokens: int = 0,
+        de_read_tokens: int = 0,
+        computed_tokens: int = 0,
+        generated_tokens: int = 0,
+        persisted_tokens: int = 0,
+        parts_reading: int = 0,
+    ) -> None:
+        if not 0 <= hit_tokens <= prompt_tokens:
+            raise ValueError(f"request {request_id}: hit_tokens must lie in [0, prompt_tokens]")
+        if hit_tokens == prompt_tokens and prompt_tokens > 0:
+            raise ValueError(f"request {request_id}: at least one prompt token must be computed")
+        if gen_tokens < 1:
+            raise ValueError(f"request {request_id}: gen_tokens must be >= 1")
+        self.request_id = request_id
+        self.trajectory_id = trajectory_id
+        self.round_index = round_index
+        self.prompt_tokens = prompt_tokens
+        self.hit_tokens = hit_tokens
+        self.gen_tokens = gen_tokens
+        self.arrival_s = arrival_s
+        self.phase = phase
+        self.pe_engine = pe_engine
+        self.de_engine = de_engine
+        self.pe_read_tokens = pe_read_tokens  # hit tokens read by the PE node's SNIC (PE read path)
+        self.de_read_tokens = de_read_tokens  # hit tokens read by the DE node's SNIC (DE read path)
+        self.computed_tokens = computed_tokens  # miss tokens prefilled so far (chunked prefill advances it)
+        self.generated_tokens = generated_tokens  # output tokens produced so far
+        self.persisted_tokens = max(persisted_tokens, hit_tokens)  # prefix whose KV is in storage
+        self.parts_reading = parts_reading  # storage reads (one per side) not yet finished
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in _FIELDS)
+        return f"Request({fields})"
 
     @property
     def miss_tokens(self) -> int:
