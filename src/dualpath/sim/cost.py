@@ -183,9 +183,10 @@ class CostModel:
         self._lm_head_flops_per_token = arch.lm_head_flops_per_token(model)
         self._lm_head_bytes = model.hidden_size * model.vocab_size * model.weight_bytes_per_param
         self._decode_cache = functools.lru_cache(maxsize=1 << 16)(self._decode_step_bucketed)
-        # (batch, per-sequence context buckets) -> step time, for `decode_step_max_s`: the simulator asks
-        # for every DE of a node at each batch change (≈850 K calls at 512 agents), with few distinct keys.
-        self._decode_steps: dict[tuple[int, int], float] = {}
+        # (batch << 32 | per-sequence context buckets) -> step time, for `decode_step_max_s`: the simulator
+        # asks for every DE of a node at each batch change (≈850 K calls at 512 agents), with few distinct
+        # keys. One int, not a (batch, buckets) tuple: no tuple to build and hash per engine and step.
+        self._decode_steps: dict[int, float] = {}
         # The last `attention_layer_time_s` call's requests and its running sums after each of them
         # (`_attention_sums`): see that method's NOTE.
         self._attention_prefix: list[tuple[int, int]] = []
@@ -348,10 +349,11 @@ class CostModel:
             if batch_size <= 0:
                 t = 0.0
             else:
-                key = (batch_size, max(1, round(total_context_tokens / batch_size / bucket)))
+                buckets = max(1, round(total_context_tokens / batch_size / bucket))
+                key = batch_size << 32 | buckets
                 t = cache.get(key, -1.0)
                 if t < 0.0:
-                    t = cache[key] = self._decode_cache(*key)
+                    t = cache[key] = self._decode_cache(batch_size, buckets)
             if t > best:
                 best = t
         if best < 0.0:
