@@ -110,7 +110,8 @@ def test_engine_work_counts_pieces_wall_and_the_thread_cpu_and_reaches_the_metri
     assert stats["engine_pieces"] == 2.0
     assert stats["engine_wall_s"] < stats["engine_cpu_s"] + 0.03 + 0.04
     assert 0.02 <= stats["engine_cpu_s"] < 0.03
-    assert stats["engine_wall_s"] >= stats["engine_cpu_s"] + 0.03
+    # The two clocks differ by microseconds (the busy piece's wall can read a hair under its CPU time).
+    assert stats["engine_wall_s"] >= stats["engine_cpu_s"] + 0.03 - 0.001
     metrics = ServeMetrics()
     metrics.observe_node("p0", stats)
     metrics.observe_node("d0", {"engine_pieces": 3.0, "engine_wall_s": 0.5, "engine_cpu_s": 0.2})
