@@ -42,7 +42,6 @@ from dualpath.sim.links_fill import (
     bottlenecked_on,
     fill,
     find_violations,
-    fixed_residual,
     set_bottleneck,
 )
 
@@ -74,6 +73,14 @@ class Link:
         "rate_high",
         "rate_low",
         "top_rate",
+        "fill_count",
+        "fill_residual",
+        "fill_members",
+        "fill_order",
+        "vio_new",
+        "vio_load",
+        "vio_sat",
+        "vio_top",
         "_last_s",
         "_bytes_high",
         "_bytes_low",
@@ -96,6 +103,18 @@ class Link:
         self.rate_high = 0.0
         self.rate_low = 0.0
         self.top_rate = 0.0  # largest per-flow rate of its groups; < 0: stale (links_fill.cached_top_rate)
+        # Scratch of `links_fill.fill` (its NOTE): unfrozen flows (0 between fills), bytes/s left, the
+        # groups to fill here (empty between fills) and the link's place in the fill's order.
+        self.fill_count = 0
+        self.fill_residual = 0.0
+        self.fill_members: list[FlowGroup] = []
+        self.fill_order = 0
+        # Scratch of `links_fill.find_violations` (reset when it returns): crossed by a re-filled group,
+        # its load with the new rates, saturated (0 unknown, 1 no, 2 yes), its largest rate (< 0 unknown).
+        self.vio_new = False
+        self.vio_load = 0.0
+        self.vio_sat = 0
+        self.vio_top = -1.0
         self._last_s = 0.0
         self._bytes_high = 0.0
         self._bytes_low = 0.0
@@ -261,7 +280,8 @@ class LinkNetwork:
         self._was_mixed = False
         self._seq = 0
         self._dirty_groups: dict[FlowGroup, None] = {}
-        self._saturated_before: dict[Link, bool] = {}  # links of dirty groups: saturated before the change?
+        # Links of dirty groups: saturated before the change? (others: their load now, see the class)
+        self._saturated_before = _SaturatedBefore()
         self._update_pending = False
 
     def add_link(
@@ -456,7 +476,7 @@ class LinkNetwork:
     def _update_rates(self) -> None:
         self._update_pending = False
         dirty, self._dirty_groups = self._dirty_groups, {}
-        before, self._saturated_before = self._saturated_before, {}
+        before, self._saturated_before = self._saturated_before, _SaturatedBefore()
         mixed = self._num_high > 0 and self._num_low > 0
         # Two classes (or the first update after them): exact three-pass WRR on the whole component.
         rates = self._two_class(dirty) if mixed or self._was_mixed else self._incremental(dirty, before)
@@ -484,10 +504,9 @@ class LinkNetwork:
                     bottlenecked_on(link, refilled)
         if not refilled:
             return {}
-        saturated_before = _SaturatedBefore(before)
         while True:
-            rates = fill(refilled, fixed_residual(refilled))
-            grow = find_violations(refilled, rates, saturated_before)
+            rates = fill(refilled, None)  # within what the other groups leave
+            grow = find_violations(refilled, rates, before)
             if not grow:
                 return rates
             refilled.update(grow)

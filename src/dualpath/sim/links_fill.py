@@ -42,6 +42,7 @@ class FlowGroup:
         "handle",
         "handle_tag",
         "bottleneck",
+        "fill_frozen",
     )
 
     def __init__(self, path: tuple[Link, ...], high: bool, now_s: float) -> None:
@@ -55,6 +56,7 @@ class FlowGroup:
         self.handle: EventHandle | None = None
         self.handle_tag = -1.0  # finish tag the handle was scheduled for, at the current rate
         self.bottleneck: Link | None = None  # a link where it is saturated and fastest (single class)
+        self.fill_frozen = False  # scratch of `fill`: frozen in the fill running now (False between fills)
 
     def settle(self, now_s: float) -> None:
         self.vtime_bytes += self.rate * (now_s - self.last_s)
@@ -69,112 +71,135 @@ class FlowGroup:
 
 
 def fill(
-    groups: dict[FlowGroup, None], residual: dict[Link, float], frozen_at: dict[FlowGroup, Link] | None = None
+    groups: dict[FlowGroup, None],
+    residual: dict[Link, float] | None,
+    frozen_at: dict[FlowGroup, Link] | None = None,
 ) -> dict[FlowGroup, float]:
     """Progressive filling: max-min fair per-flow rates for `groups` within `residual` bytes/s per link.
 
-    Every link of every group must be a key of `residual` (which is modified). Repeatedly the link with
-    the smallest fair share (residual / unfrozen flows) freezes its unfrozen groups at that share.
+    Every link of every group must be a key of `residual` (read, not modified). None: each link's
+    capacity less what the groups not in `groups` use now, taken from the link's aggregate rate (kept
+    equal to the sum over its groups) plus the groups' own use, instead of a scan of its groups (a
+    DRAM link crossed by many groups costs O(1)); negative leftovers (float residue) count as 0.
+    Repeatedly the link with the smallest fair share (residual / unfrozen flows) freezes its unfrozen
+    groups at that share.
     `frozen_at`, if given, receives the link each group was frozen at.
     """
     if len(groups) == 1:  # the common case: one group, limited by its tightest link
         (g,) = groups
         path = g.path
+        used = g.num_flows * g.rate
         link = path[0]
-        least = residual[link]
+        least = _free(link, used) if residual is None else residual[link]
         for other in path:  # the first tightest link, as min() would pick
-            free = residual[other]
+            free = _free(other, used) if residual is None else residual[other]
             if free < least:
                 link, least = other, free
         best = least / g.num_flows
         if frozen_at is not None:
             frozen_at[g] = link
         return {g: best if best > 0.0 else 0.0}
-    count: dict[Link, int] = {}  # unfrozen flows on each link; a link leaves when it has none
-    members: dict[Link, list[FlowGroup]] = {}  # the groups to fill on each link (not all its groups)
+    # NOTE: the fill's per-link state (unfrozen flows, residual, groups to fill) lives in scratch fields
+    # of the links themselves (`Link.fill_*`), not in dicts keyed by link: the fill is most of a rate
+    # update, and a field is read without hashing. Between fills every `fill_count` is 0 (a link leaves
+    # the fill when its last unfrozen group freezes) and every `fill_members` list is empty.
+    order: list[Link] = []  # the links to fill, first seen first: the scan's tie-break order
     for g in groups:
         n = g.num_flows
+        used = n * g.rate
         for link in g.path:
-            c = count.get(link)
-            if c is None:
-                count[link] = n
-                members[link] = [g]
+            c = link.fill_count
+            if c == 0:
+                link.fill_count = n
+                if residual is None:
+                    link.fill_residual = link.capacity_bytes_per_s - link.rate_high - link.rate_low + used
+                else:
+                    link.fill_residual = residual[link]
+                order.append(link)
             else:
-                count[link] = c + n
-                members[link].append(g)
-    if len(count) > _HEAP_FILL_LINKS:
-        return _fill_with_heap(count, members, residual, frozen_at)
-    rates: dict[FlowGroup, float] = {}  # also the set of frozen groups
-    # Every group crosses a link of `count` until it is frozen (num_flows > 0), so this runs until all are.
-    while count:
-        # A linear scan: faster than a heap below _HEAP_FILL_LINKS links.
-        bottleneck = None
-        best = float("inf")
-        for link, n in count.items():
-            fair = residual[link] / n
-            if fair < best:
-                best, bottleneck = fair, link
-        assert bottleneck is not None
-        _freeze(bottleneck, best if best > 0.0 else 0.0, members, count, residual, rates, frozen_at, None)
+                link.fill_count = c + n
+                if residual is None:
+                    link.fill_residual += used
+            link.fill_members.append(g)
+    if residual is None:
+        for link in order:
+            if link.fill_residual < 0.0:
+                link.fill_residual = 0.0
+    if len(order) > _HEAP_FILL_LINKS:
+        rates = _fill_with_heap(order, frozen_at)
+    else:
+        rates = {}  # also the set of frozen groups
+        # Every group crosses a link of `order` with unfrozen flows until it is frozen (num_flows > 0),
+        # so this runs until all are.
+        while True:
+            # A linear scan: faster than a heap below _HEAP_FILL_LINKS links.
+            bottleneck = None
+            best = float("inf")
+            for link in order:
+                n = link.fill_count
+                if n:
+                    fair = link.fill_residual / n
+                    if fair < best:
+                        best, bottleneck = fair, link
+            if bottleneck is None:
+                break
+            _freeze(bottleneck, best if best > 0.0 else 0.0, rates, frozen_at, None)
+    for link in order:
+        link.fill_members.clear()
+    for g in rates:
+        g.fill_frozen = False
     return rates
 
 
 def _freeze(
     bottleneck: Link,
     best: float,
-    members: dict[Link, list[FlowGroup]],
-    count: dict[Link, int],
-    residual: dict[Link, float],
     rates: dict[FlowGroup, float],
     frozen_at: dict[FlowGroup, Link] | None,
     touched: dict[Link, None] | None,
 ) -> None:
     """Freeze the bottleneck's unfrozen groups at `best`; their links lose their flows and share.
     `touched`, if given, receives the links still unfrozen whose share changed."""
-    for g in members[bottleneck]:
-        if g in rates:
+    for g in bottleneck.fill_members:
+        if g.fill_frozen:
             continue
+        g.fill_frozen = True
         rates[g] = best
         if frozen_at is not None:
             frozen_at[g] = bottleneck
         n = g.num_flows
         used = n * best
         for link in g.path:
-            residual[link] -= used
-            left = count[link] - n
-            if left:
-                count[link] = left
-                if touched is not None:
+            link.fill_residual -= used
+            left = link.fill_count - n
+            link.fill_count = left  # 0: no unfrozen group left, never a bottleneck again
+            if touched is not None:
+                if left:
                     touched[link] = None
-            else:
-                del count[link]  # no unfrozen group left: never a bottleneck again
-                if touched is not None:
+                else:
                     touched.pop(link, None)
 
 
-def _fill_with_heap(
-    count: dict[Link, int],
-    members: dict[Link, list[FlowGroup]],
-    residual: dict[Link, float],
-    frozen_at: dict[FlowGroup, Link] | None,
-) -> dict[FlowGroup, float]:
+def _fill_with_heap(order: list[Link], frozen_at: dict[FlowGroup, Link] | None) -> dict[FlowGroup, float]:
     """`fill`'s loop for large sets (a cluster of tens of nodes re-fills 100+ groups over as many links):
     the same choices, the link with the smallest fair share first and the earlier link on a tie, from a
     heap of (fair share, link order) entries; an entry is stale once its link's share changed."""
-    order = {link: i for i, link in enumerate(count)}
-    heap = [(residual[link] / n, order[link], link) for link, n in count.items()]
+    heap = []
+    for i, link in enumerate(order):
+        link.fill_order = i
+        heap.append((link.fill_residual / link.fill_count, i, link))
     heapq.heapify(heap)
     rates: dict[FlowGroup, float] = {}
-    while count:
+    while heap:
         fair, _, bottleneck = heapq.heappop(heap)
-        n_left = count.get(bottleneck)
-        if n_left is None or residual[bottleneck] / n_left != fair:
+        n_left = bottleneck.fill_count
+        if n_left == 0 or bottleneck.fill_residual / n_left != fair:
             continue  # stale: the link left, or its share changed and a fresh entry was pushed
         touched: dict[Link, None] = {}
-        _freeze(bottleneck, fair if fair > 0.0 else 0.0, members, count, residual, rates, frozen_at, touched)
+        _freeze(bottleneck, fair if fair > 0.0 else 0.0, rates, frozen_at, touched)
         for link in touched:
-            if link in count:
-                heapq.heappush(heap, (residual[link] / count[link], order[link], link))
+            if link.fill_count:
+                heapq.heappush(heap, (link.fill_residual / link.fill_count, link.fill_order, link))
     return rates
 
 
@@ -241,35 +266,45 @@ def find_violations(
     link the re-filled ones cross that was or is saturated (an unsaturated link is nobody's bottleneck,
     and links the re-filled groups do not cross keep their load and rates). A group remembers the link
     that last satisfied its condition (`bottleneck`); while that link is untouched, it still does.
+
+    NOTE: per-link state (new load, saturated, largest rate) lives in the links' `vio_*` scratch
+    fields, as `fill`'s does, and is reset before returning.
     """
     tol = 1.0 - SAT_RTOL
-    new_load: dict[Link, float] = {}  # links the re-filled groups cross: load with the new rates
+    new_links: list[Link] = []  # links the re-filled groups cross (`vio_load`: load with the new rates)
     for g in refilled:
         change = g.num_flows * (rates[g] - g.rate)
         for link in g.path:
-            load = new_load.get(link)
-            new_load[link] = (link.rate_high + link.rate_low if load is None else load) + change
+            if link.vio_new:
+                link.vio_load += change
+            else:
+                link.vio_new = True
+                link.vio_load = link.rate_high + link.rate_low + change
+                new_links.append(link)
     candidates: dict[FlowGroup, None] = dict(refilled)
-    saturated: dict[Link, bool] = {}
-    for link, load in new_load.items():
-        sat = saturated[link] = load >= link.capacity_bytes_per_s * tol
+    for link in new_links:
+        sat = link.vio_load >= link.capacity_bytes_per_s * tol
+        link.vio_sat = _SAT if sat else _UNSAT
         if sat or saturated_before[link]:
             candidates.update(link.bottlenecked)
-    top: dict[Link, float] = {}
+    others: list[Link] = []  # links outside `new_links` whose scratch fields were set
     grow: dict[FlowGroup, None] = {}
     for g in candidates:
         r = rates.get(g, g.rate)
         found = None
         for link in g.path:
-            known = saturated.get(link)
-            if known is None:
-                known = saturated[link] = link.rate_high + link.rate_low >= link.capacity_bytes_per_s * tol
-            if not known:
+            known = link.vio_sat
+            if known == _UNKNOWN:
+                known = link.vio_sat = (
+                    _SAT if link.rate_high + link.rate_low >= link.capacity_bytes_per_s * tol else _UNSAT
+                )
+                others.append(link)
+            if known == _UNSAT:
                 continue
-            t = top.get(link)
-            if t is None:
-                # Only the re-filled groups have new rates, and they cross only the links of `new_load`.
-                t = top[link] = _top_rate(link, rates) if link in new_load else cached_top_rate(link)
+            t = link.vio_top
+            if t < 0.0:
+                # Only the re-filled groups have new rates, and they cross only the links of `new_links`.
+                t = link.vio_top = _top_rate(link, rates) if link.vio_new else cached_top_rate(link)
             if r >= t * tol:
                 found = link
                 break
@@ -285,7 +320,7 @@ def find_violations(
         # of its node would otherwise pull in all of them. If none is found, all groups on its links.
         give_way: dict[FlowGroup, None] = {}
         for link in g.path:
-            if not saturated[link]:
+            if link.vio_sat != _SAT:
                 continue
             for h in link.groups:
                 if h not in refilled and rates.get(h, h.rate) * tol > r:
@@ -296,25 +331,23 @@ def find_violations(
                     if h not in refilled:
                         give_way[h] = None
         grow.update(give_way)
+    for link in new_links:
+        link.vio_new = False
+        link.vio_sat = _UNKNOWN
+        link.vio_top = -1.0
+    for link in others:
+        link.vio_sat = _UNKNOWN
+        link.vio_top = -1.0
     return grow
 
 
-def fixed_residual(groups: dict[FlowGroup, None]) -> dict[Link, float]:
-    """Capacity of each link the `groups` cross, less what the other groups on it use now.
+# `Link.vio_sat`: whether the link is saturated, as `find_violations` has worked it out so far.
+_UNKNOWN = 0
+_UNSAT = 1
+_SAT = 2
 
-    From the link's aggregate rate (kept equal to the sum over its groups) instead of a scan of its
-    groups: a DRAM or storage link crossed by many groups costs O(1) here.
-    """
-    residual: dict[Link, float] = {}
-    get = residual.get
-    for g in groups:
-        used = g.num_flows * g.rate
-        for link in g.path:
-            free = get(link)
-            if free is None:
-                free = link.capacity_bytes_per_s - link.rate_high - link.rate_low
-            residual[link] = free + used
-    for link, free in residual.items():
-        if free < 0.0:
-            residual[link] = 0.0
-    return residual
+
+def _free(link: Link, used: float) -> float:
+    """`fill`'s residual for one group on `link`: what the link has left plus the group's own `used`."""
+    free = link.capacity_bytes_per_s - link.rate_high - link.rate_low + used
+    return free if free >= 0.0 else 0.0
