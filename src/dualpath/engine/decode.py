@@ -43,9 +43,8 @@ class DecodeEvent:
         self, *, request: Request, step: int, second_token: bool, persist_tokens: int, finished: bool
     ) -> None:
         self.request = request
-        self.step = (
-            step  # absolute step of the (first) event processed; earlier than now when advanced past it
-        )
+        # Absolute step of the (first) event processed; earlier than now when advanced past it.
+        self.step = step
         self.second_token = second_token
         self.persist_tokens = persist_tokens  # whole blocks that filled (0 if none)
         self.finished = finished
