@@ -30,7 +30,7 @@ from dualpath.sim.agents import Agent, Round
 from dualpath.sim.cost import CostModel, gpu_cost_model
 from dualpath.sim.early_stop import EarlyStop, EarlyStopWatch
 from dualpath.sim.gc_tuning import held_back_gc
-from dualpath.sim.kernel import Simulator
+from dualpath.sim.kernel import EventHandle, Simulator
 from dualpath.sim.links import Link, LinkNetwork, TrafficClass
 from dualpath.sim.prefill_timing import layerwise_end_s, whole_kv_end_s
 from dualpath.sim.rates import CoreRates, attention_predictor, core_rates, hbm_kv_tokens
@@ -107,7 +107,7 @@ class _DecodeRun:
     start_s: float = 0.0
     step_s: float = 0.0
     steps: int = 0
-    handle: list | None = None  # type: ignore[type-arg]
+    handle: EventHandle | None = None
     busy: bool = False
 
 
@@ -506,7 +506,8 @@ class Simulation:
         # Joiners wait for the current step's boundary: cut the run there.
         done = int((self.sim.now_s - run.start_s) / run.step_s) if run.step_s > 0 else 0
         if done + 1 < run.steps:
-            self.sim.cancel(run.handle)  # type: ignore[arg-type]
+            assert run.handle is not None  # a busy run has its event
+            self.sim.cancel(run.handle)
             run.steps = done + 1
             run.handle = self.sim.schedule_at(
                 run.start_s + run.steps * run.step_s, self._decode_event, c.node_id
