@@ -1,13 +1,16 @@
-"""Python's cyclic garbage collector held back while a simulation runs (speed only; results unchanged).
+"""Python's cyclic garbage collector off while a simulation runs (speed only; results unchanged).
 
 NOTE: a run allocates millions of short-lived objects (commands, load reports, heap entries) and frees
-almost all of them by reference counting; the cyclic collector still scans the youngest generation every
-700 allocations (CPython's default threshold) and, as the run's long-lived state grows, the older ones
-too. `gc.freeze()` moves everything alive before the run (trajectories, topology, cost tables) out of the
-collector's view, and a larger youngest-generation threshold makes scans rare. Measured on DS 660B 2P4D
-64K, 512 agents, dualpath, native build, quiet machine: `sim_wall_s` 12.17 → 11.19 s (−8 %), peak memory
-196 → 173 MB (benchmarks/README.md). Cycles are still collected, only less often. The collector's
-settings are process-wide, so they are restored when the run ends (`held_back_gc` is a context manager).
+every one of them by reference counting: a run makes no reference cycles (tests/sim/test_gc_tuning.py
+runs every mode and finds nothing for the collector to collect). The collector would still scan the
+youngest generation every 700 allocations (CPython's default threshold) and, as the results grow
+(millions of per-request records at 48P96D), rescan the long-lived ones in the older generations: work
+that can never find anything. So it is off for the run and back on (as it was) when the run ends or
+raises; a cycle made during the run by someone else's callback is collected then.
+
+Measured: DS 660B 2P4D 64K, 512 agents, native build: `sim_wall_s` 12.17 → 11.19 s (−8 %) for a
+frozen collector scanning every 200,000 allocations (the previous setting), 196 → 173 MB peak; at 48P96D
+that setting still spent 3.5 s of the first 160 s of CPU in collections (benchmarks/README.md).
 """
 
 from __future__ import annotations
@@ -16,19 +19,14 @@ import gc
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-# Youngest-generation allocations between scans while a run is on (CPython's default is 700): rare enough
-# to stay out of the profile, small enough that a scan is still short (measured above).
-RUN_GEN0_THRESHOLD = 200_000
-
 
 @contextmanager
 def held_back_gc() -> Iterator[None]:
-    """Freeze what exists now, scan rarely; on exit restore the thresholds and unfreeze."""
-    thresholds = gc.get_threshold()
-    gc.freeze()
-    gc.set_threshold(RUN_GEN0_THRESHOLD, thresholds[1], thresholds[2])
+    """The cyclic collector off inside; on exit, on again if it was on."""
+    was_enabled = gc.isenabled()
+    gc.disable()
     try:
         yield
     finally:
-        gc.set_threshold(*thresholds)
-        gc.unfreeze()
+        if was_enabled:
+            gc.enable()
