@@ -116,3 +116,26 @@ def test_paced_backend_spends_link_time_before_the_bytes_land():
     assert elapsed <= 1.3 * 250_000 / rate + 0.02
     assert de.recv_notice(timeout_s=1) is not None and bytes(buf[:250_000]) == data
     assert cnic.nic.stats().tx.bytes_by_class["LOW"] == 250_000
+
+
+def test_closing_a_shared_memory_endpoint_removes_its_socket_file():
+    """libzmq leaves a bound ipc endpoint's file behind; a run of the tests would litter the temp folder."""
+    backend = SharedMemoryBackend("solo", namespace=f"t{os.getpid()}_{time.monotonic_ns() % 10**9}")
+    path = backend.address.removeprefix("ipc://")
+    assert os.path.exists(path)
+    backend.close()
+    assert not os.path.exists(path)
+
+
+def test_cleanup_after_a_killed_node_removes_its_segments_and_socket_files(tmp_path, monkeypatch):
+    import tempfile
+
+    from dualpath.runtime.launcher import unlink_shared_memory
+
+    monkeypatch.setattr(tempfile, "gettempdir", lambda: str(tmp_path))
+    namespace = f"t{os.getpid()}_{time.monotonic_ns() % 10**9}"
+    ours, other = tmp_path / f"dp_{namespace}_p0_notices.sock", tmp_path / "dp_othername_p0_notices.sock"
+    ours.touch()
+    other.touch()
+    assert f"dp_{namespace}_p0_notices.sock" in unlink_shared_memory(namespace)
+    assert not ours.exists() and other.exists()

@@ -14,6 +14,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import BinaryIO
@@ -58,14 +59,19 @@ def stop_processes(processes: list[subprocess.Popen[bytes]], grace_s: float = _S
 
 
 def unlink_shared_memory(namespace: str) -> list[str]:
-    """Remove `dp_<namespace>_*` segments a killed node could not unlink (Linux /dev/shm)."""
+    """Remove what a killed node could not: its `dp_<namespace>_*` segments (Linux /dev/shm) and the socket
+    files of its ipc endpoints (`dp_<namespace>_*.sock` in the temporary directory)."""
     removed = []
-    shm = Path("/dev/shm")
-    if shm.is_dir():
-        for path in sorted(shm.glob(f"dp_{namespace}_*")):
-            with contextlib.suppress(FileNotFoundError):
-                path.unlink()
-                removed.append(path.name)
+    places = [
+        (Path("/dev/shm"), f"dp_{namespace}_*"),
+        (Path(tempfile.gettempdir()), f"dp_{namespace}_*.sock"),
+    ]
+    for folder, pattern in places:
+        if folder.is_dir():
+            for path in sorted(folder.glob(pattern)):
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
+                    removed.append(path.name)
     return removed
 
 

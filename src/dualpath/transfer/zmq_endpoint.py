@@ -6,7 +6,9 @@ blocks a sender at its high-water mark, which is the backpressure we want (DESIG
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import threading
 import time
 
@@ -91,3 +93,7 @@ class ZmqEndpoint:
             self._peers.clear()
         self._pull.close()
         self._ctx.term()
+        if self._address.startswith("ipc://"):
+            # libzmq (4.3) leaves a bound ipc endpoint's socket file behind on close: it is ours to remove.
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self._address.removeprefix("ipc://"))
