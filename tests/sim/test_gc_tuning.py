@@ -59,3 +59,23 @@ def test_a_run_makes_no_reference_cycles(mode: str, config: dict[str, object]) -
     sim.run()
     assert sim.sim.events_processed > 100
     assert gc.collect() == 0
+
+
+def test_what_the_run_made_is_not_left_for_a_young_scan() -> None:
+    """The run's results go to the oldest generation unscanned, so re-enabling the collector does not scan
+    all of them at the next allocation."""
+    with held_back_gc():
+        kept = [[i] for i in range(50_000)]
+        assert gc.get_count()[0] > 50_000
+    assert gc.get_count()[0] < 1_000
+    assert len(kept) == 50_000
+
+
+def test_a_cycle_made_during_the_run_is_collected_afterwards() -> None:
+    class Node:
+        def __init__(self) -> None:
+            self.me = self
+
+    with held_back_gc():
+        Node()
+    assert gc.collect() >= 1
