@@ -14,9 +14,9 @@ would scan whole at the next allocation (tens of millions of objects at 48P96D).
 oldest generation is scanned only when it has grown by a quarter since its last scan. (This also puts
 back what someone froze before the run; nothing in this package freezes.)
 
-Measured: DS 660B 2P4D 64K, 512 agents, native build: `sim_wall_s` 12.17 → 11.19 s (−8 %) for a
-frozen collector scanning every 200,000 allocations (the previous setting), 196 → 173 MB peak; at 48P96D
-that setting still spent 3.5 s of the first 160 s of CPU in collections (benchmarks/README.md).
+Measured (benchmarks/README.md): the previous setting, a frozen collector scanning every 200,000
+allocations, cut DS 660B 2P4D 64K 512 agents from 12.17 to 11.19 s of `sim_wall_s` against CPython's
+defaults, and still spent 3.5 s of the first 160 s of CPU of the 48P96D run in scans.
 """
 
 from __future__ import annotations
