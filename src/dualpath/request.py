@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import enum
 
+from dualpath.records import fields_repr
+
 
 class Phase(enum.Enum):
     """Life of a request, in order (paper §4.1, Fig. 4)."""
@@ -103,8 +105,7 @@ class Request:
         self.parts_reading = parts_reading  # storage reads (one per side) not yet finished
 
     def __repr__(self) -> str:
-        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in _FIELDS)
-        return f"Request({fields})"
+        return fields_repr(self, _FIELDS)
 
     @property
     def miss_tokens(self) -> int:

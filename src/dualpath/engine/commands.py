@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from dualpath.records import fields_repr
 from dualpath.request import Request
 
 
@@ -30,8 +31,7 @@ class _Command:
     _fields: ClassVar[tuple[str, ...]] = ()
 
     def __repr__(self) -> str:
-        args = ", ".join(f"{name}={getattr(self, name)!r}" for name in self._fields)
-        return f"{type(self).__name__}({args})"
+        return fields_repr(self, self._fields)
 
 
 class StartRead(_Command):

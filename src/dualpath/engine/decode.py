@@ -16,6 +16,7 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass, field
 
+from dualpath.records import fields_repr
 from dualpath.request import Request
 
 
@@ -34,10 +35,13 @@ class DecodeEngine:
         return self.hbm_tokens - self.reserved_tokens
 
 
+_DECODE_EVENT_FIELDS = ("request", "step", "second_token", "persist_tokens", "finished")  # slots and repr
+
+
 class DecodeEvent:
     """A request's token of interest, out of `DecodeNode.advance` (a plain class: see `EngineLoad`)."""
 
-    __slots__ = ("request", "step", "second_token", "persist_tokens", "finished")
+    __slots__ = _DECODE_EVENT_FIELDS
 
     def __init__(
         self, *, request: Request, step: int, second_token: bool, persist_tokens: int, finished: bool
@@ -48,6 +52,9 @@ class DecodeEvent:
         self.second_token = second_token
         self.persist_tokens = persist_tokens  # whole blocks that filled (0 if none)
         self.finished = finished
+
+    def __repr__(self) -> str:
+        return fields_repr(self, _DECODE_EVENT_FIELDS)
 
 
 @dataclass

@@ -9,7 +9,10 @@ from __future__ import annotations
 import heapq
 from collections.abc import Mapping, Sequence
 
+from dualpath.records import fields_repr
 from dualpath.request import Request
+
+_DE_CANDIDATE_FIELDS = ("engine_id", "node_id", "seq", "tok", "free_hbm_tokens")  # slots and repr
 
 
 class DeCandidate:
@@ -19,7 +22,7 @@ class DeCandidate:
     generated `__init__` stays interpreted, and every fetch builds one of these per engine.
     """
 
-    __slots__ = ("engine_id", "node_id", "seq", "tok", "free_hbm_tokens")
+    __slots__ = _DE_CANDIDATE_FIELDS
 
     def __init__(self, *, engine_id: int, node_id: int, seq: int, tok: int, free_hbm_tokens: int) -> None:
         self.engine_id = engine_id
@@ -29,10 +32,7 @@ class DeCandidate:
         self.free_hbm_tokens = free_hbm_tokens
 
     def __repr__(self) -> str:
-        return (
-            f"DeCandidate(engine_id={self.engine_id}, node_id={self.node_id}, seq={self.seq}, "
-            f"tok={self.tok}, free_hbm_tokens={self.free_hbm_tokens})"
-        )
+        return fields_repr(self, _DE_CANDIDATE_FIELDS)
 
 
 def route_to_de_groups(requests: Sequence[Request], group_tok: Mapping[int, int]) -> list[tuple[int, int]]:

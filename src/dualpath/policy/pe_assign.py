@@ -21,7 +21,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from dualpath.records import fields_repr
 from dualpath.request import Request
+
+_PE_CANDIDATE_FIELDS = ("engine_id", "node_id", "tok", "compute_tok", "read_q_tokens")  # slots and repr
 
 
 class PeCandidate:
@@ -30,7 +33,7 @@ class PeCandidate:
     A plain class for the native build's sake (see `DeCandidate`).
     """
 
-    __slots__ = ("engine_id", "node_id", "tok", "compute_tok", "read_q_tokens")
+    __slots__ = _PE_CANDIDATE_FIELDS
 
     def __init__(
         self, *, engine_id: int, node_id: int, tok: int, compute_tok: int, read_q_tokens: int
@@ -42,10 +45,7 @@ class PeCandidate:
         self.read_q_tokens = read_q_tokens
 
     def __repr__(self) -> str:
-        return (
-            f"PeCandidate(engine_id={self.engine_id}, node_id={self.node_id}, tok={self.tok}, "
-            f"compute_tok={self.compute_tok}, read_q_tokens={self.read_q_tokens})"
-        )
+        return fields_repr(self, _PE_CANDIDATE_FIELDS)
 
     def take(self, request: Request) -> None:
         """`request` assigned here this fetch: its tokens(r) and its miss tokens, kept together."""

@@ -5,6 +5,19 @@ from __future__ import annotations
 import enum
 from typing import NamedTuple
 
+from dualpath.records import fields_repr
+
+# EngineLoad's fields, once: its slots and its repr.
+_ENGINE_LOAD_FIELDS = (
+    "engine_id",
+    "node_id",
+    "seq",
+    "tok",
+    "compute_tok",
+    "read_q_tokens",
+    "free_hbm_tokens",
+)
+
 
 class ReadSide(enum.Enum):
     """Which node's SNIC reads a request's hit KV (paper §4.1, Fig. 4)."""
@@ -25,7 +38,7 @@ class EngineLoad:
     native build, and every fetch builds one report per engine of each group it visits.
     """
 
-    __slots__ = ("engine_id", "node_id", "seq", "tok", "compute_tok", "read_q_tokens", "free_hbm_tokens")
+    __slots__ = _ENGINE_LOAD_FIELDS
 
     def __init__(
         self,
@@ -47,11 +60,7 @@ class EngineLoad:
         self.free_hbm_tokens = free_hbm_tokens
 
     def __repr__(self) -> str:
-        return (
-            f"EngineLoad(engine_id={self.engine_id}, node_id={self.node_id}, seq={self.seq}, tok={self.tok}, "
-            f"compute_tok={self.compute_tok}, read_q_tokens={self.read_q_tokens}, "
-            f"free_hbm_tokens={self.free_hbm_tokens})"
-        )
+        return fields_repr(self, _ENGINE_LOAD_FIELDS)
 
 
 class NodeReadState(NamedTuple):

@@ -1,0 +1,16 @@
+"""The `repr` of the decision core's plain slotted records (requests, commands, load reports, candidates).
+
+Those records are plain classes with their own `__init__` rather than dataclasses or NamedTuples, for the
+native build's sake (docs/simulator-native.md), so none gets a generated `repr`: each lists its fields once,
+as its `__slots__`, and passes the same tuple here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+
+def fields_repr(record: object, fields: Iterable[str]) -> str:
+    """`Name(field=value, ...)` for `record`, in the order of `fields`."""
+    args = ", ".join(f"{name}={getattr(record, name)!r}" for name in fields)
+    return f"{type(record).__name__}({args})"
