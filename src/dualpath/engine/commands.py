@@ -116,9 +116,8 @@ class StartPersist(_Command):
         self.de_engine = de_engine
         self.request = request
         self.tokens = tokens
-        self.from_hbm = (
-            from_hbm  # decode-time block: D2H through the CNIC first; prompt blocks leave DRAM directly
-        )
+        # Decode-time block: D2H through the CNIC first; prompt blocks leave DRAM directly.
+        self.from_hbm = from_hbm
 
 
 class DecodeChanged(_Command):
