@@ -22,6 +22,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
+from dualpath.runtime.sampling import SamplingParams
+
 
 @dataclass(frozen=True, kw_only=True)
 class CompletionRequest:
@@ -30,6 +32,7 @@ class CompletionRequest:
     max_tokens: int
     ignore_eos: bool
     arrival_s: float  # wall clock (time.time) at the API
+    sampling: SamplingParams = field(default_factory=SamplingParams)
 
 
 @dataclass(frozen=True, kw_only=True)
