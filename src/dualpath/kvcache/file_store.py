@@ -17,7 +17,10 @@ never a torn block, at most a `.tmp` file that is ignored (and cleaned once stal
 
 from __future__ import annotations
 
+import errno
+import logging
 import os
+import stat
 import struct
 import tempfile
 import time
@@ -26,7 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from dualpath.kvcache.index import BlockMeta, LruEviction
-from dualpath.kvcache.keys import KEY_BYTES, BlockKey, key_from_hex, key_hex
+from dualpath.kvcache.keys import BlockKey, key_from_hex, key_hex
 from dualpath.kvcache.store import BlockMissingError, CorruptBlockError, IndexedStore
 
 MAGIC = b"DPKV"
@@ -36,6 +39,9 @@ _CRC = struct.Struct("<I")
 HEADER_BYTES = _FIXED.size + _CRC.size
 SUFFIX = ".kvb"
 TMP_SUFFIX = ".tmp"
+_NOT_BLOCKS = ("lost+found",)  # found at the root of a mounted file system: skipped without a word
+_SKIPPED_SHOWN = 5
+_log = logging.getLogger(__name__)
 
 
 def data_offset_bytes(num_layers: int) -> int:
@@ -89,16 +95,27 @@ class FileStore(IndexedStore):
     # ---- start-up ---------------------------------------------------------------------------
     def _rebuild(self, stale_tmp_s: float) -> None:
         """Index every block on disk, oldest first (so LRU order survives a restart); drop torn temp files
-        and blocks whose header is unreadable."""
+        and blocks whose header is unreadable. Anything else in the folder (a name that is not a block
+        key, a directory or symlink named like a block, a block in the wrong fan-out folder) is not
+        ours to delete: it is skipped, with one warning naming a few of them."""
         now = time.time()
         found: list[tuple[float, str, BlockKey]] = []
-        for sub in sorted(p for p in self.directory.iterdir() if p.is_dir() and len(p.name) == 2):
+        skipped: list[str] = []
+        for sub in sorted(self.directory.iterdir()):
+            if not (len(sub.name) == 2 and sub.is_dir() and not sub.is_symlink()):
+                if sub.name not in _NOT_BLOCKS:
+                    skipped.append(sub.name)
+                continue
             for path in sorted(sub.iterdir()):
-                if path.name.endswith(TMP_SUFFIX):
-                    if now - path.stat().st_mtime >= stale_tmp_s:
-                        path.unlink(missing_ok=True)
-                elif path.name.endswith(SUFFIX) and len(path.name) == 2 * KEY_BYTES + len(SUFFIX):
-                    found.append((path.stat().st_mtime, path.name, key_from_hex(path.name[: -len(SUFFIX)])))
+                entry = _block_entry(path, sub.name, now, stale_tmp_s)
+                if isinstance(entry, str):
+                    skipped += [f"{sub.name}/{path.name}"] if entry else []
+                else:
+                    found.append(entry)
+        if skipped:
+            shown = ", ".join(skipped[:_SKIPPED_SHOWN]) + (", ..." if len(skipped) > _SKIPPED_SHOWN else "")
+            _log.warning("KV store %s: skipped %d entries that are not blocks: %s", self.directory,
+                         len(skipped), shown)  # fmt: skip
         with self._lock:
             for _, _, key in sorted(found):
                 try:
@@ -114,14 +131,21 @@ class FileStore(IndexedStore):
     # ---- hooks ------------------------------------------------------------------------------
     def _probe(self, key: BlockKey) -> BlockMeta | None:
         try:
-            fd = os.open(self.path_of(key), os.O_RDONLY)
-        except FileNotFoundError:
-            return None
+            fd = os.open(self.path_of(key), os.O_RDONLY | os.O_NOFOLLOW)
+        except OSError as error:
+            if error.errno in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP):  # ELOOP: a symlink, not ours
+                return None
+            raise
         try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):  # a directory named like a block
+                return None
             head = os.pread(fd, HEADER_BYTES, 0)
             return decode_header(key, head, lambda n: os.pread(fd, _CRC.size * n, HEADER_BYTES))
         finally:
             os.close(fd)
+
+    def _present(self, key: BlockKey) -> bool:
+        return self.path_of(key).is_file()
 
     def _write(self, key: BlockKey, parent: BlockKey, num_layers: int, data: memoryview) -> BlockMeta:
         layer_bytes = data.nbytes // num_layers
@@ -164,6 +188,30 @@ class FileStore(IndexedStore):
 
     def _drop(self, key: BlockKey) -> None:
         self.path_of(key).unlink(missing_ok=True)
+
+
+def _block_entry(path: Path, sub: str, now: float, stale_tmp_s: float) -> tuple[float, str, BlockKey] | str:
+    """(mtime, name, key) of a block file; else "" for a temp file (removed once stale) or the reason
+    to skip it, non-empty."""
+    try:
+        info = path.lstat()
+        if path.name.endswith(TMP_SUFFIX):
+            if stat.S_ISREG(info.st_mode) and now - info.st_mtime >= stale_tmp_s:
+                path.unlink(missing_ok=True)
+            return ""
+        key = key_from_hex(path.name.removesuffix(SUFFIX)) if path.name.endswith(SUFFIX) else None
+    except FileNotFoundError:  # removed meanwhile (another process cleaned it)
+        return ""
+    except (OSError, ValueError) as error:
+        return str(error) or "unreadable"
+    if (
+        key is None
+        or not stat.S_ISREG(info.st_mode)
+        or path.name != key_hex(key) + SUFFIX
+        or path.name[:2] != sub
+    ):
+        return "not a block"  # (also a block in the wrong fan-out folder, or with upper-case hex)
+    return info.st_mtime, path.name, key
 
 
 def _fsync_dir(directory: Path) -> None:

@@ -59,6 +59,7 @@ class KVStore(Protocol):
     def read_full_block_into(self, key: BlockKey, out: memoryview) -> int: ...
     def block_meta(self, key: BlockKey) -> BlockMeta: ...
     def contains(self, key: BlockKey) -> bool: ...
+    def forget(self, key: BlockKey) -> bool: ...
     def hit_blocks(self, keys: Sequence[BlockKey]) -> int: ...
     def delete(self, key: BlockKey) -> bool: ...
     def stats(self) -> StoreStats: ...
@@ -142,8 +143,25 @@ class IndexedStore:
             return meta
 
     def contains(self, key: BlockKey) -> bool:
+        """Whether the block is stored. An indexed block whose data is gone (another process found it
+        corrupt and dropped it, or it was deleted) leaves the index here, so a writer stores it again."""
         with self._lock:
-            return self._lookup(key) is not None
+            if self._lookup(key) is None:
+                return False
+            if self._present(key):
+                return True
+            self._index.remove(key)
+            self._counts["miss_blocks"] += 1
+            return False
+
+    def forget(self, key: BlockKey) -> bool:
+        """Drop a block from this process's index only, leaving its data alone: another process found it
+        corrupt or missing. If its data is still (or again) stored, the next lookup finds it again."""
+        with self._lock:
+            if key not in self._index:
+                return False
+            self._index.remove(key)
+            return True
 
     def hit_blocks(self, keys: Sequence[BlockKey]) -> int:
         """Leading whole blocks of `keys` present; counts as a use of each hit block (LRU)."""
@@ -223,6 +241,10 @@ class IndexedStore:
     def _probe(self, key: BlockKey) -> BlockMeta | None:
         """A block this store holds but has not indexed yet (written by another process), or None."""
         return None
+
+    def _present(self, key: BlockKey) -> bool:
+        """Whether an indexed block's data still exists (a store shared with other processes may lose it)."""
+        return True
 
     def _write(self, key: BlockKey, parent: BlockKey, num_layers: int, data: memoryview) -> BlockMeta:
         raise NotImplementedError
