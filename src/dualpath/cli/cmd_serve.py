@@ -7,6 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from dualpath.cli.main import UserError
+from dualpath.policy.read_path import READ_PATH_POLICIES
 
 MODES = ("basic", "layerwise", "dualpath-rr", "dualpath", "oracle")
 
@@ -23,7 +24,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     )
     parser.add_argument("--mode", choices=MODES, help="serving mode (default: the cluster file's)")
     parser.add_argument(
-        "--read-path", help="read-path policy for dualpath/oracle (pe-read, de-read, shorter-queue, split)"
+        "--read-path", choices=sorted(READ_PATH_POLICIES), help="read-path policy for dualpath/oracle"
     )
     parser.add_argument("--host", default="127.0.0.1", help="HTTP address (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8000, help="HTTP port (default 8000)")

@@ -51,11 +51,15 @@ def load_document(
         raise ConfigError(
             f"{kind} {name_or_path!r}: `extends` chain longer than {_MAX_EXTENDS_DEPTH} (a cycle?)"
         )
-    text, base_dir = _read(kind, name_or_path, _base_dir)
     try:
+        text, base_dir = _read(kind, name_or_path, _base_dir)
         doc = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as error:
+    except tomllib.TOMLDecodeError as error:  # its message ends "(at line L, column C)"
         raise ConfigError(f"{kind} {name_or_path!r} is not valid TOML: {error}") from None
+    except UnicodeDecodeError as error:
+        raise ConfigError(f"{kind} {name_or_path!r} is not a UTF-8 text file: {error}") from None
+    except OSError as error:
+        raise ConfigError(f"{kind} {name_or_path!r}: cannot read: {error.strerror}") from None
     parent = doc.pop("extends", None)
     if parent is None:
         return doc

@@ -6,13 +6,19 @@ Presets are TOML files in `dualpath/presets/cluster/` (e.g. `local-1p2d`). Every
 
 from __future__ import annotations
 
+import re
 import tomllib
 from dataclasses import dataclass, fields, replace
 from importlib import resources
 from pathlib import Path
 
+from dualpath.policy.read_path import READ_PATH_POLICIES
+
 MODES = ("basic", "layerwise", "dualpath-rr", "dualpath", "oracle")
 ROLES = ("prefill", "decode")
+# A torch device string (`cpu`, `cuda`, `cuda:1`, ...), checked before any node starts: a typo fails
+# `serve` at once instead of in every node process.
+_DEVICE = re.compile(r"(cpu|cuda|mps|xpu|hpu|meta)(:[0-9]+)?")
 
 
 class ClusterConfigError(ValueError):
@@ -41,6 +47,12 @@ class RuntimeClusterSpec:
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ClusterConfigError(f"mode {self.mode!r} is not one of {', '.join(MODES)}")
+        if self.read_path and self.read_path not in READ_PATH_POLICIES:
+            raise ClusterConfigError(
+                f"read_path {self.read_path!r} is not one of {', '.join(sorted(READ_PATH_POLICIES))}"
+            )
+        if not _DEVICE.fullmatch(self.device):
+            raise ClusterConfigError(f"device {self.device!r} is not a device name (cpu, cuda, cuda:1, ...)")
         if self.num_prefill_nodes < 1 or self.num_decode_nodes < 1:
             raise ClusterConfigError("a cluster needs at least one prefill node and one decode node")
         if self.engines_per_node != 1:
@@ -72,14 +84,23 @@ def load_cluster(name_or_path: str) -> RuntimeClusterSpec:
     if path.suffix == ".toml" or path.exists():
         if not path.is_file():
             raise ClusterConfigError(f"no cluster file {name_or_path!r}")
-        text = path.read_text()
+        try:
+            raw = path.read_bytes()
+        except OSError as error:
+            raise ClusterConfigError(f"{name_or_path}: cannot read: {error.strerror}") from None
     else:
         if name_or_path not in preset_names():
             raise ClusterConfigError(
                 f"unknown cluster preset {name_or_path!r}; choose one of {', '.join(preset_names())} or a .toml file"
             )
-        text = (resources.files("dualpath.presets") / "cluster" / f"{name_or_path}.toml").read_text()
-    return cluster_from_toml(tomllib.loads(text))
+        raw = (resources.files("dualpath.presets") / "cluster" / f"{name_or_path}.toml").read_bytes()
+    try:
+        data = tomllib.loads(raw.decode())
+    except tomllib.TOMLDecodeError as error:  # its message ends "(at line L, column C)"
+        raise ClusterConfigError(f"{name_or_path}: not valid TOML: {error}") from None
+    except UnicodeDecodeError as error:
+        raise ClusterConfigError(f"{name_or_path}: not a UTF-8 text file: {error}") from None
+    return cluster_from_toml(data)
 
 
 def cluster_from_toml(data: dict[str, object]) -> RuntimeClusterSpec:
