@@ -1,190 +1,343 @@
-"""The HTTP API: OpenAI-compatible `POST /v1/completions`, `GET /health`, `GET /metrics` (FastAPI).
+"""The HTTP API (FastAPI): the OpenAI surface plus vLLM's extras, over a `CompletionBackend`.
 
-The app only validates and translates; generation happens in a `CompletionBackend` (the scheduler process
-in production, a stub in tests). Bad input is a 4xx whose body names what is wrong — never a 500.
+    POST /v1/completions        POST /v1/chat/completions      GET /v1/models
+    POST /tokenize              POST /detokenize               GET /version   GET /health   GET /metrics
 
-Extensions over the OpenAI schema (as vLLM offers them): `ignore_eos` (the load generator asks for exactly a
-round's generated-token count, paper A.3) and `token_ids` in every choice (clients re-send the exact
-generated ids in the next round, since bytes need not round-trip through text).
+Requests are validated with `dualpath.protocol` (shared with any other front end) and answered with its
+response builders; generation happens in the backend (the scheduler process in production, a stub in
+tests). Bad input is a 4xx whose body names the field, never a 5xx, and no error closes a keep-alive
+connection (`_KeepAliveOnError`).
+
+Extensions over the OpenAI schema (as vLLM offers them): `ignore_eos`, `min_tokens`, `top_k`, `min_p`,
+`stop_token_ids`; a completions prompt as token ids; `token_ids` in every completions choice (clients
+re-send the exact generated ids in the next round, since bytes need not round-trip through text, paper
+A.3); `dualpath` (path taken, hit tokens, times) on the last chunk and in whole responses.
 """
 
 from __future__ import annotations
 
-import json
+import logging
 import time
 import uuid
-from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from collections.abc import AsyncIterator, Awaitable, Callable
+from importlib import metadata
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field, StrictInt
+from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
+from dualpath.protocol import responses
+from dualpath.protocol.errors import ProtocolError, error_body, validation_error
+from dualpath.protocol.requests import (
+    ChatCompletionBody,
+    CompletionBody,
+    DetokenizeBody,
+    SamplingBody,
+    TokenizeBody,
+)
+from dualpath.runtime.api_generation import Step, cached_tokens, generation_steps
+from dualpath.runtime.api_types import CompletionBackend, CompletionRequest, TokenChunk
 from dualpath.runtime.sampling import SamplingParams
 
+__all__ = ["CompletionBackend", "CompletionRequest", "TokenChunk", "build_app"]
 
-@dataclass(frozen=True, kw_only=True)
-class CompletionRequest:
-    request_id: str
-    prompt_token_ids: tuple[int, ...]
-    max_tokens: int
-    ignore_eos: bool
-    arrival_s: float  # wall clock (time.time) at the API
-    sampling: SamplingParams = field(default_factory=SamplingParams)
+log = logging.getLogger(__name__)
+COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
+_SEED_MODULUS = 2**63  # int64 seeds map onto [0, 2^63) for the nodes' generators
 
 
-@dataclass(frozen=True, kw_only=True)
-class TokenChunk:
-    """Newly generated tokens of one request; `finish_reason` set on the last chunk."""
-
-    token_ids: tuple[int, ...]
-    finish_reason: str | None = None
-    info: dict[str, Any] = field(default_factory=dict)  # path taken, hit tokens, ... (last chunk)
+def _error(status: int, message: str, param: str | None = None) -> JSONResponse:
+    return JSONResponse(error_body(status, message, param=param), status_code=status)
 
 
-class CompletionBackend(Protocol):
-    @property
-    def model_name(self) -> str: ...
+class _KeepAliveOnError:
+    """Last-resort ASGI guard: an exception escaping the app becomes a 500 response (or ends a started body)
+    instead of propagating to the server, which would drop the keep-alive connection."""
 
-    @property
-    def max_context_tokens(self) -> int: ...
+    def __init__(self, app: Any) -> None:
+        self.app = app
 
-    @property
-    def vocab_size(self) -> int: ...
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        state = {"started": False, "done": False}
 
-    def tokenize(self, text: str) -> list[int]: ...
+        async def tracked(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                state["started"] = True
+            elif message["type"] == "http.response.body" and not message.get("more_body", False):
+                state["done"] = True
+            await send(message)
 
-    def detokenize(self, token_ids: list[int]) -> str: ...
-
-    def is_ready(self) -> bool: ...
-
-    def health_info(self) -> dict[str, Any]: ...
-
-    def metrics_text(self) -> bytes: ...
-
-    def generate(self, request: CompletionRequest) -> AsyncIterator[TokenChunk]: ...
-
-
-class CompletionBody(BaseModel):
-    """The subset of the OpenAI completions request we honour; unknown fields are rejected by name."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    prompt: str | list[StrictInt]
-    max_tokens: StrictInt = Field(default=16, ge=1)
-    stream: bool = False
-    ignore_eos: bool = False
-    model: str | None = None
-    temperature: float | None = None
-    n: StrictInt = 1
-    user: str | None = None
+        try:
+            await self.app(scope, receive, tracked)
+        except ClientDisconnect:
+            return  # nobody to answer
+        except Exception:
+            log.exception("unhandled error in %s %s", scope.get("method"), scope.get("path"))
+            if not state["started"]:
+                response = _error(500, "internal error (logged by the server)")
+                await response(scope, receive, send)
+            elif not state["done"]:
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
-class ApiError(Exception):
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
+class _ClosingStreamingResponse(StreamingResponse):
+    """Closes its body iterator however the stream ends (a client that left included), so the request's
+    generator runs its cleanup (cancel in the cluster) at once rather than when collected."""
+
+    async def stream_response(self, send: Any) -> None:
+        try:
+            await super().stream_response(send)
+        finally:
+            close = getattr(self.body_iterator, "aclose", None)
+            if close is not None:
+                await close()
 
 
-def _error(status: int, message: str) -> JSONResponse:
-    body = {"error": {"message": message, "type": "invalid_request_error", "code": status}}
-    return JSONResponse(body, status_code=status)
+class _Api:
+    """The routes' logic over one backend."""
 
+    def __init__(self, backend: CompletionBackend) -> None:
+        self.backend = backend
+        self.started = int(time.time())
 
-def _prompt_ids(body: CompletionBody, backend: CompletionBackend) -> list[int]:
-    ids = backend.tokenize(body.prompt) if isinstance(body.prompt, str) else list(body.prompt)
-    if not ids:
-        raise ApiError(400, "prompt is empty")
-    bad = [t for t in ids if not 0 <= t < backend.vocab_size]
-    if bad:
-        raise ApiError(400, f"token id {bad[0]} is outside the vocabulary [0, {backend.vocab_size})")
-    if len(ids) + body.max_tokens > backend.max_context_tokens:
-        raise ApiError(
-            400,
-            f"prompt ({len(ids)} tokens) + max_tokens ({body.max_tokens}) exceeds the model's context of "
-            f"{backend.max_context_tokens} tokens",
+    # ---- checks shared by the generating endpoints -------------------------------------------------
+    def check_ready_and_model(self, model: str | None) -> None:
+        if not self.backend.is_ready():
+            raise ProtocolError(503, "the cluster is still starting; retry when GET /health says ok")
+        served = self.backend.model_name
+        if model is not None and model != served:
+            raise ProtocolError(
+                404, f"model: `{model}` does not exist; this server serves `{served}`", param="model"
+            )
+
+    def check_token_ids(self, ids: list[int], param: str) -> None:
+        vocab = self.backend.vocab_size
+        bad = [t for t in ids if not 0 <= t < vocab]
+        if bad:
+            raise ProtocolError(
+                400, f"{param}: token id {bad[0]} is outside the vocabulary [0, {vocab})", param=param
+            )
+
+    def tokenize(self, text: str, param: str, *, add_special_tokens: bool = True) -> list[int]:
+        try:
+            if add_special_tokens:
+                return list(self.backend.tokenize(text))
+            return list(self.backend.tokenize(text, add_special_tokens=False))  # type: ignore[call-arg]
+        except (ValueError, UnicodeError) as error:
+            raise ProtocolError(400, f"{param}: cannot be tokenized: {error}", param=param) from None
+
+    def chat_ids(self, messages: list[dict[str, str]], *, add_generation_prompt: bool) -> list[int]:
+        render = getattr(self.backend, "chat_token_ids", None)
+        if render is None:
+            raise ProtocolError(
+                404, "this server has no chat template: use /v1/completions", param="messages"
+            )
+        try:
+            return list(render(messages, add_generation_prompt=add_generation_prompt))
+        except (ValueError, UnicodeError) as error:
+            raise ProtocolError(400, f"messages: {error}", param="messages") from None
+
+    def max_tokens(self, body: SamplingBody, prompt_tokens: int, default: int | None) -> int:
+        """Requested, else `default`, else the rest of the context; the whole must fit the context."""
+        context = self.backend.max_context_tokens
+        if prompt_tokens >= context:
+            raise ProtocolError(
+                400,
+                f"prompt: {prompt_tokens} tokens leave no room in the model's context of {context} tokens",
+                param="prompt",
+            )
+        requested = body.requested_max_tokens()
+        maximum = requested if requested is not None else (default or context - prompt_tokens)
+        if prompt_tokens + maximum > context:
+            raise ProtocolError(
+                400,
+                f"max_tokens: prompt ({prompt_tokens} tokens) + max_tokens ({maximum}) exceeds the model's "
+                f"context of {context} tokens",
+                param="max_tokens",
+            )
+        admission = getattr(self.backend, "admission_error", None)
+        reason = admission(prompt_tokens, maximum) if admission is not None else None
+        if reason:
+            raise ProtocolError(400, str(reason), param="prompt")
+        return maximum
+
+    def sampling(self, body: SamplingBody) -> SamplingParams:
+        fields = body.sampling_fields()
+        fields["top_k"] = min(fields["top_k"], self.backend.vocab_size)
+        if fields["seed"] is not None:
+            fields["seed"] %= _SEED_MODULUS
+        self.check_token_ids(list(fields["stop_token_ids"]), "stop_token_ids")
+        try:
+            return SamplingParams(**fields)
+        except ValueError as error:
+            raise ProtocolError(400, str(error)) from None
+
+    def request(
+        self, body: SamplingBody, ids: list[int], prefix: str, default_max: int | None
+    ) -> CompletionRequest:
+        body.check_supported()
+        if not ids:
+            raise ProtocolError(400, "prompt: is empty", param="prompt")
+        self.check_token_ids(ids, "prompt")
+        sampling = self.sampling(body)
+        return CompletionRequest(
+            request_id=f"{prefix}-{uuid.uuid4().hex[:16]}",
+            prompt_token_ids=tuple(ids),
+            max_tokens=self.max_tokens(body, len(ids), default_max),
+            ignore_eos=body.ignore_eos,
+            arrival_s=time.time(),
+            sampling=sampling,
         )
-    return ids
+
+    # ---- endpoints -------------------------------------------------------------------------------------
+    async def completions(self, body: CompletionBody) -> Response:
+        self.check_ready_and_model(body.model)
+        prompt = body.single_prompt()
+        ids = self.tokenize(prompt, "prompt") if isinstance(prompt, str) else list(prompt)
+        request = self.request(body, ids, "cmpl", COMPLETIONS_DEFAULT_MAX_TOKENS)
+        return await self._answer(body, request, chat=False)
+
+    async def chat(self, body: ChatCompletionBody) -> Response:
+        self.check_ready_and_model(body.model)
+        body.check_supported()
+        ids = self.chat_ids(body.template_messages(), add_generation_prompt=body.add_generation_prompt)
+        request = self.request(body, ids, "chatcmpl", None)
+        return await self._answer(body, request, chat=True)
+
+    async def _answer(self, body: SamplingBody, request: CompletionRequest, *, chat: bool) -> Response:
+        stream = _Stream(self.backend.model_name, request, body, chat=chat)
+        steps = generation_steps(self.backend, request, body.stop_strings())
+        if body.stream:
+            return _ClosingStreamingResponse(stream.events(steps), media_type="text/event-stream")
+        return JSONResponse(await stream.whole(steps))
+
+    def models(self) -> dict[str, Any]:
+        return responses.model_list(
+            model=self.backend.model_name, created=self.started, max_model_len=self.backend.max_context_tokens
+        )
+
+    def tokenize_endpoint(self, body: TokenizeBody) -> dict[str, Any]:
+        self.check_ready_and_model(body.model)
+        body.check_supported()
+        if body.prompt is not None:
+            ids = self.tokenize(body.prompt, "prompt", add_special_tokens=body.add_special_tokens)
+        else:
+            ids = self.chat_ids(body.template_messages(), add_generation_prompt=body.add_generation_prompt)
+        return {"count": len(ids), "max_model_len": self.backend.max_context_tokens, "tokens": ids}
+
+    def detokenize_endpoint(self, body: DetokenizeBody) -> dict[str, Any]:
+        self.check_ready_and_model(body.model)
+        self.check_token_ids(body.tokens, "tokens")
+        return {"prompt": self.backend.detokenize(body.tokens)}
 
 
-def _validate(body: CompletionBody, backend: CompletionBackend) -> CompletionRequest:
-    if body.temperature not in (None, 0, 0.0):
-        raise ApiError(400, "only greedy decoding is served: set temperature to 0 or leave it out")
-    if body.n != 1:
-        raise ApiError(400, "only n = 1 is served")
-    ids = _prompt_ids(body, backend)
-    return CompletionRequest(
-        request_id=f"cmpl-{uuid.uuid4().hex[:16]}",
-        prompt_token_ids=tuple(ids),
-        max_tokens=body.max_tokens,
-        ignore_eos=body.ignore_eos,
-        arrival_s=time.time(),
-    )
+class _Stream:
+    """Builds one request's answer (whole or streamed) from its generation steps."""
+
+    def __init__(self, model: str, request: CompletionRequest, body: SamplingBody, *, chat: bool) -> None:
+        self.model = model
+        self.request = request
+        self.body = body
+        self.chat = chat
+        self.created = int(request.arrival_s)
+        self.prompt_tokens = len(request.prompt_token_ids)
+
+    def usage(self, step: Step) -> dict[str, Any]:
+        return responses.usage(
+            prompt_tokens=self.prompt_tokens,
+            completion_tokens=step.completion_tokens,
+            cached_tokens=cached_tokens(step.info),
+        )
+
+    async def whole(self, steps: AsyncIterator[Step]) -> dict[str, Any]:
+        text: list[str] = []
+        ids: list[int] = []
+        last = Step(text="", token_ids=[], completion_tokens=0)
+        async for step in steps:
+            text.append(step.text)
+            ids.extend(step.token_ids)
+            last = step
+        common = {"request_id": self.request.request_id, "created": self.created, "model": self.model}
+        if self.chat:
+            out = responses.chat_completion(
+                **common, content="".join(text), finish_reason=last.finish_reason, usage_body=self.usage(last)
+            )
+        else:
+            out = responses.completion(
+                **common,
+                text="".join(text),
+                finish_reason=last.finish_reason,
+                usage_body=self.usage(last),
+                choice_extra={"token_ids": ids},
+            )
+        out["dualpath"] = last.info
+        return out
+
+    async def events(self, steps: AsyncIterator[Step]) -> AsyncIterator[bytes]:
+        """SSE chunks; a failure after the stream started becomes an error event, then [DONE]."""
+        common = {"request_id": self.request.request_id, "created": self.created, "model": self.model}
+        last: Step | None = None
+        try:
+            if self.chat:
+                yield responses.sse(
+                    responses.chat_chunk(
+                        **common, delta={"role": "assistant", "content": ""}, finish_reason=None
+                    )
+                )
+            async for step in steps:
+                last = step
+                chunk = self.chunk(common, step)
+                if chunk is not None:
+                    yield responses.sse(chunk)
+        except Exception:
+            log.exception("stream of %s failed", self.request.request_id)
+            yield responses.sse(error_body(500, "generation failed (logged by the server)"))
+        finally:
+            await steps.aclose()  # type: ignore[attr-defined]
+        if last is not None and self.body.include_usage:
+            obj = "chat.completion.chunk" if self.chat else "text_completion"
+            yield responses.sse(responses.usage_chunk(**common, obj=obj, usage_body=self.usage(last)))
+        yield responses.SSE_DONE
+
+    def chunk(self, common: dict[str, Any], step: Step) -> dict[str, Any] | None:
+        """A chunk per step (completions: also a text-less one, for its token ids); chat skips empty ones."""
+        if self.chat:
+            if not step.text and step.finish_reason is None:
+                return None
+            delta = {"content": step.text} if step.text or step.finish_reason is None else {}
+            chunk = responses.chat_chunk(**common, delta=delta, finish_reason=step.finish_reason)
+        else:
+            chunk = responses.completion_chunk(
+                **common,
+                text=step.text,
+                finish_reason=step.finish_reason,
+                choice_extra={"token_ids": step.token_ids},
+            )
+        if self.body.continuous_usage:
+            chunk["usage"] = self.usage(step)
+        if step.finish_reason is not None:
+            chunk["dualpath"] = step.info
+        return chunk
 
 
-def _choice(backend: CompletionBackend, chunk: TokenChunk, ids: list[int]) -> dict[str, Any]:
-    return {
-        "index": 0,
-        "text": backend.detokenize(ids),
-        "token_ids": ids,
-        "finish_reason": chunk.finish_reason,
-    }
-
-
-async def _stream(backend: CompletionBackend, request: CompletionRequest) -> AsyncIterator[bytes]:
-    async for chunk in backend.generate(request):
-        ids = list(chunk.token_ids)
-        event: dict[str, Any] = {
-            "id": request.request_id,
-            "object": "text_completion",
-            "model": backend.model_name,
-            "choices": [_choice(backend, chunk, ids)],
-        }
-        if chunk.finish_reason is not None:
-            event["dualpath"] = chunk.info
-        yield f"data: {json.dumps(event)}\n\n".encode()
-    yield b"data: [DONE]\n\n"
-
-
-async def _complete(backend: CompletionBackend, request: CompletionRequest) -> dict[str, Any]:
-    ids: list[int] = []
-    last = TokenChunk(token_ids=())
-    async for chunk in backend.generate(request):
-        ids.extend(chunk.token_ids)
-        last = chunk
-    n_prompt = len(request.prompt_token_ids)
-    return {
-        "id": request.request_id,
-        "object": "text_completion",
-        "created": int(request.arrival_s),
-        "model": backend.model_name,
-        "choices": [_choice(backend, last, ids)],
-        "usage": {
-            "prompt_tokens": n_prompt,
-            "completion_tokens": len(ids),
-            "total_tokens": n_prompt + len(ids),
-        },
-        "dualpath": last.info,
-    }
+def _version() -> str:
+    try:
+        return metadata.version("dualpath")
+    except metadata.PackageNotFoundError:
+        return "unknown"
 
 
 def build_app(backend: CompletionBackend) -> FastAPI:
     app = FastAPI(title="DualPath", docs_url=None, redoc_url=None)
-
-    @app.exception_handler(RequestValidationError)
-    async def _bad_body(_: Request, error: RequestValidationError) -> JSONResponse:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc'] if p != 'body') or 'body'}: {e['msg']}"
-            for e in error.errors()
-        )
-        return _error(422, problems or "malformed request body")
-
-    @app.exception_handler(ApiError)
-    async def _api_error(_: Request, error: ApiError) -> JSONResponse:
-        return _error(error.status, error.message)
+    api = _Api(backend)
+    _add_error_handlers(app)
+    app.add_middleware(_KeepAliveOnError)
 
     @app.get("/health")
     async def health() -> JSONResponse:
@@ -196,13 +349,53 @@ def build_app(backend: CompletionBackend) -> FastAPI:
     async def metrics() -> PlainTextResponse:
         return PlainTextResponse(backend.metrics_text(), media_type="text/plain; version=0.0.4")
 
+    @app.get("/version")
+    async def version() -> dict[str, str]:
+        return {"version": _version()}
+
+    @app.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        return api.models()
+
     @app.post("/v1/completions", response_model=None)
-    async def completions(body: CompletionBody) -> JSONResponse | StreamingResponse:
-        if not backend.is_ready():
-            raise ApiError(503, "the cluster is still starting; retry when GET /health says ok")
-        request = _validate(body, backend)
-        if body.stream:
-            return StreamingResponse(_stream(backend, request), media_type="text/event-stream")
-        return JSONResponse(await _complete(backend, request))
+    async def completions(body: CompletionBody) -> Response:
+        return await api.completions(body)
+
+    @app.post("/v1/chat/completions", response_model=None)
+    async def chat_completions(body: ChatCompletionBody) -> Response:
+        return await api.chat(body)
+
+    @app.post("/tokenize")
+    async def tokenize(body: TokenizeBody) -> dict[str, Any]:
+        return api.tokenize_endpoint(body)
+
+    @app.post("/detokenize")
+    async def detokenize(body: DetokenizeBody) -> dict[str, Any]:
+        return api.detokenize_endpoint(body)
 
     return app
+
+
+def _add_error_handlers(app: FastAPI) -> None:
+    """Every refusal in the protocol's error shape: validation (400 naming fields), ours, HTTP ones."""
+
+    async def bad_body(_: Request, error: Exception) -> Response:
+        assert isinstance(error, RequestValidationError)
+        refusal = validation_error(error.errors())
+        return _error(refusal.status, refusal.message, refusal.param)
+
+    async def refused(_: Request, error: Exception) -> Response:
+        assert isinstance(error, ProtocolError)
+        return _error(error.status, error.message, error.param)
+
+    async def http_error(_: Request, error: Exception) -> Response:
+        assert isinstance(error, StarletteHTTPException)
+        return _error(error.status_code, str(error.detail))
+
+    handlers: dict[type[Exception], Callable[[Request, Exception], Awaitable[Response]]] = {
+        RequestValidationError: bad_body,
+        ProtocolError: refused,
+        StarletteHTTPException: http_error,
+    }
+    for kind, handler in handlers.items():
+        app.add_exception_handler(kind, handler)

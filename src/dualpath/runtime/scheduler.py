@@ -246,6 +246,8 @@ class SchedulerBackend:
     def __init__(self, scheduler: ClusterScheduler, router: zmq.asyncio.Socket | None = None) -> None:
         self.scheduler = scheduler
         self.router = router
+        self.rids: dict[str, int] = {}  # API request id -> the core's rid, while the request runs
+        self.pending: set[asyncio.Task[None]] = set()  # cancel sends in flight (kept from collection)
 
     async def send(self, out: list[tuple[str, Message]]) -> None:
         if self.router is not None:
@@ -263,8 +265,34 @@ class SchedulerBackend:
     def vocab_size(self) -> int:
         return int(self.scheduler.model_info.get("vocab_size", 0))
 
-    def tokenize(self, text: str) -> list[int]:
-        return self.scheduler.tokenizer.encode(text)  # byte tokenizer with BOS, as the model's docs define
+    def tokenize(self, text: str, *, add_special_tokens: bool = True) -> list[int]:
+        return list(self.scheduler.tokenizer.encode(text, add_bos=add_special_tokens))
+
+    def chat_token_ids(self, messages: list[dict[str, str]], *, add_generation_prompt: bool = True) -> list[int]:
+        """The served model's chat template, then its tokenizer (no second BOS when the template has one)."""
+        tokenizer = self.scheduler.tokenizer
+        try:
+            text = tokenizer.apply_chat_template(messages, add_generation_prompt=add_generation_prompt)
+        except Exception as error:  # a template's raise_exception (roles out of order, ...) or a broken one
+            raise ValueError(f"the chat template refused them: {error}") from None
+        bos = getattr(tokenizer, "bos_token", None)
+        return list(tokenizer.encode(text, add_bos=not (bos and text.startswith(bos))))
+
+    def admission_error(self, prompt_tokens: int, max_tokens: int) -> str | None:
+        check = getattr(self.scheduler, "admission_error", None)
+        return None if check is None else check(prompt_tokens, max_tokens)
+
+    def cancel(self, request_id: str) -> None:
+        """End a request early in the cluster (stop string, client gone); fire and forget."""
+        rid = self.rids.pop(request_id, None)
+        cancel = getattr(self.scheduler, "cancel", None)
+        if rid is None or cancel is None:
+            return
+        out = cancel(rid)
+        if out:
+            task = asyncio.get_running_loop().create_task(self.send(list(out)))
+            self.pending.add(task)
+            task.add_done_callback(self.pending.discard)
 
     def detokenize(self, token_ids: list[int]) -> str:
         return self.scheduler.tokenizer.decode(token_ids)
@@ -284,13 +312,20 @@ class SchedulerBackend:
         return self.scheduler.metrics.text()
 
     async def generate(self, request: CompletionRequest) -> AsyncIterator[TokenChunk]:
+        """The request's chunks; leaving before the last one (a client gone) cancels it in the cluster."""
         live, out = self.scheduler.submit(request)
-        await self.send(out)
-        while True:
-            chunk = await live.chunks.get()
-            yield chunk
-            if chunk.finish_reason is not None:
-                return
+        self.rids[request.request_id] = live.rid
+        try:
+            await self.send(out)
+            while True:
+                chunk = await live.chunks.get()
+                if chunk.finish_reason is not None:
+                    self.rids.pop(request.request_id, None)
+                yield chunk
+                if chunk.finish_reason is not None:
+                    return
+        finally:
+            self.cancel(request.request_id)  # no-op once finished
 
 
 async def send_all(router: zmq.asyncio.Socket, out: list[tuple[str, Message]]) -> None:

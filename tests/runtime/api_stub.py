@@ -1,0 +1,76 @@
+"""A `CompletionBackend` with no cluster, for the HTTP API's tests: it counts up from the last prompt token.
+
+Byte tokenizer (ids 0-255 are UTF-8 bytes, 256 = BOS, 257 = EOS), a plain chat template, stop token ids,
+EOS at `eos_after` generated tokens (unless ignore_eos), cancellation, and an optional admission check.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+from dualpath.runtime.api import CompletionRequest, TokenChunk
+
+BOS, EOS = 256, 257
+
+
+class ApiStub:
+    model_name = "stub"
+    vocab_size = 260
+
+    def __init__(self, *, max_context_tokens: int = 128, eos_after: int | None = None, step_s: float = 0.0):
+        self.max_context_tokens = max_context_tokens
+        self.eos_after = eos_after
+        self.step_s = step_s
+        self.requests: list[CompletionRequest] = []
+        self.cancelled: list[str] = []
+        self.refuse: str | None = None  # admission_error's answer
+
+    def tokenize(self, text: str, *, add_special_tokens: bool = True) -> list[int]:
+        ids = list(text.encode("utf-8"))
+        return [BOS, *ids] if add_special_tokens else ids
+
+    def detokenize(self, token_ids: list[int]) -> str:
+        return bytes(t for t in token_ids if t < 256).decode("utf-8", errors="replace")
+
+    def chat_token_ids(
+        self, messages: list[dict[str, str]], *, add_generation_prompt: bool = True
+    ) -> list[int]:
+        if messages[0]["role"] == "assistant":
+            raise ValueError("the chat template refused them: conversations start with system or user")
+        text = "".join(f"<{m['role']}>{m['content']}\n" for m in messages)
+        return self.tokenize(text + ("<assistant>" if add_generation_prompt else ""))
+
+    def admission_error(self, prompt_tokens: int, max_tokens: int) -> str | None:
+        return self.refuse
+
+    def cancel(self, request_id: str) -> None:
+        self.cancelled.append(request_id)
+
+    def is_ready(self) -> bool:
+        return True
+
+    def health_info(self) -> dict:
+        return {"vocab_size": self.vocab_size, "mode": "stub"}
+
+    def metrics_text(self) -> bytes:
+        return b"# stub\n"
+
+    async def generate(self, request: CompletionRequest) -> AsyncIterator[TokenChunk]:
+        self.requests.append(request)
+        token = request.prompt_token_ids[-1]
+        info = {"read_side": "none", "cached_tokens": len(request.prompt_token_ids) // 2}
+        stops = set(request.sampling.stop_token_ids)
+        for i in range(request.max_tokens):
+            if request.request_id in self.cancelled:
+                break
+            if self.step_s:
+                await asyncio.sleep(self.step_s)
+            at_eos = self.eos_after is not None and i == self.eos_after and not request.ignore_eos
+            token = EOS if at_eos else (token + 1) % 256
+            yield TokenChunk(token_ids=(token,))
+            if at_eos or token in stops:
+                yield TokenChunk(token_ids=(), finish_reason="stop", info=info)
+                return
+        reason = "abort" if request.request_id in self.cancelled else "length"
+        yield TokenChunk(token_ids=(), finish_reason=reason, info=info)
