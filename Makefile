@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml $(NATIVE_SOURCES)
 	# without mypyc or a C compiler it installs pure Python. DUALPATH_PURE_PYTHON=1 make: pure Python.
 	# numpy too: mypyc type-checks the compiled modules, which import it, before pip installs dependencies.
 	$(BIN)/pip install -q 'setuptools>=68' 'mypy>=1.10' 'numpy>=1.26'
-	$(BIN)/pip install -q --no-build-isolation -e '.[dev]'
+	$(BIN)/pip install -q --no-build-isolation -e '.[dev,ray]'
 	$(BIN)/python -c "from dualpath.native import describe; print(describe())"
 	touch $(STAMP)
 

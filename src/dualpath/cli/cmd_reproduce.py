@@ -27,6 +27,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser.add_argument("-o", "--out", type=Path, default=Path("out/reproduce"), help="output folder")
     parser.add_argument("--quick", action="store_true", help="smaller sweeps (minutes instead of hours)")
     parser.add_argument("--workers", type=int, default=None, help="parallel simulations (default: cores)")
+    parser.add_argument(
+        "--ray",
+        metavar="auto|ADDRESS",
+        default=None,
+        help="run each simulation as a Ray task (docs/capacity.md)",
+    )
     parser.add_argument("--list", action="store_true", help="list the runs and exit")
     parser.add_argument("--report-only", action="store_true", help="write the report from cached runs only")
     parser.set_defaults(func=run)
@@ -54,7 +60,10 @@ def run(args: argparse.Namespace) -> int:
     if args.report_only:
         outcomes = load_cached(specs, args.out / "runs")
     else:
-        outcomes = run_all(specs, args.out / "runs", workers=args.workers)
+        try:
+            outcomes = run_all(specs, args.out / "runs", workers=args.workers, ray_address=args.ray)
+        except RuntimeError as error:  # --ray without ray installed
+            raise UserError(str(error)) from None
     results = {key: outcome.result for key, outcome in outcomes.items() if outcome.result is not None}
     sections = [e.analyze(results, args.quick, args.out / "plots") for e in experiments]
     for experiment, section in zip(experiments, sections, strict=True):
@@ -71,10 +80,11 @@ def run(args: argparse.Namespace) -> int:
             if o.spec.key() in mine
         ]
     wall_s = time.perf_counter() - started
+    executor = f"Ray {args.ray}" if args.ray else f"{args.workers or 'all'} workers"
     header = (
         f"{len(outcomes)} simulator runs ({cached} of them from the cache in {args.out / 'runs'}) in "
         f"{wall_s:.0f} s on {platform.node()} ({platform.processor() or platform.machine()}, "
-        f"{args.workers or 'all'} workers)."
+        f"{executor})."
     )
     paths = write_report(args.out, sections, quick=args.quick, header=header)
     for section in sections:

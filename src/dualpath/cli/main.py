@@ -25,6 +25,8 @@ COMMANDS = (
     "demo",
     "calibrate",
     "validate",
+    "sweep",
+    "advise",
 )
 
 

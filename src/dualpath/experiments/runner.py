@@ -1,4 +1,4 @@
-"""Run the simulator runs of a sweep in parallel worker processes, caching each result on disk.
+"""Run the simulator runs of a sweep in parallel (worker processes or Ray tasks), caching each result.
 
 Each run is a separate `dualpath simulate --json` process: runs are independent (DESIGN §4 "sim"), a crash or
 a memory blow-up of one run cannot take the sweep down, and a finished run's JSON is written atomically to
@@ -9,23 +9,24 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from collections.abc import Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import dataclass
 from pathlib import Path
 
 from tqdm import tqdm
 
+from dualpath.experiments.executors import (
+    RunOutcome,
+    cluster_cpus,
+    connect_ray,
+    import_ray,
+    local_runs,
+    ray_runs,
+    simulate,
+)
 from dualpath.experiments.runspec import RunSpec
 
-
-@dataclass(frozen=True, kw_only=True)
-class RunOutcome:
-    spec: RunSpec
-    result: dict | None  # the `--json` object of `dualpath simulate`; None when the run failed
-    error: str | None = None
+__all__ = ["RunOutcome", "default_workers", "failed", "load_cached", "run_all"]
 
 
 def default_workers() -> int:
@@ -34,29 +35,43 @@ def default_workers() -> int:
 
 
 def run_all(
-    specs: Sequence[RunSpec], cache_dir: Path, *, workers: int | None = None, progress: bool = True
+    specs: Sequence[RunSpec],
+    cache_dir: Path,
+    *,
+    workers: int | None = None,
+    progress: bool = True,
+    ray_address: str | None = None,
 ) -> dict[str, RunOutcome]:
-    """Run every spec not already cached; return outcomes keyed by `spec.key()`."""
+    """Run every spec not already cached; return outcomes keyed by `spec.key()`.
+
+    Local worker processes by default; with `ray_address` ("auto" or a cluster address) one Ray task per
+    run (executors.py). Each result is written to the cache as it arrives, whichever executor ran it.
+    """
     cache_dir.mkdir(parents=True, exist_ok=True)
     unique = {spec.key(): spec for spec in specs}
     outcomes = {key: _cached(spec, cache_dir) for key, spec in unique.items()}
     todo = [spec for key, spec in unique.items() if outcomes[key] is None]
+    if ray_address is not None and todo:
+        connect_ray(import_ray(), ray_address)  # before the bar: it names the cluster's CPUs
+        finished = ray_runs(todo, address=ray_address)
+        where = f"ray, {cluster_cpus()} CPUs"
+    else:
+        finished = local_runs(todo, workers=workers or default_workers())
+        where = f"{workers or default_workers()} workers"
     bar = tqdm(
         total=len(unique),
         initial=len(unique) - len(todo),
-        desc="simulations",
+        desc=f"simulations ({where})",
         unit="run",
         disable=not progress,
         file=sys.stderr,
     )
-    # Threads only wait on child processes here; the simulation work happens in the children.
-    with ThreadPoolExecutor(max_workers=workers or default_workers()) as pool:
-        futures = {pool.submit(_run_one, spec, cache_dir): spec for spec in todo}
-        for future in as_completed(futures):
-            outcome = future.result()
-            outcomes[outcome.spec.key()] = outcome
-            bar.set_postfix_str(outcome.spec.label()[:60])
-            bar.update()
+    for outcome in finished:
+        if outcome.result is not None:
+            _store(outcome, cache_dir)
+        outcomes[outcome.spec.key()] = outcome
+        bar.set_postfix_str(outcome.spec.label()[:60])
+        bar.update()
     bar.close()
     return {key: outcome for key, outcome in outcomes.items() if outcome is not None}
 
@@ -75,20 +90,17 @@ def _cached(spec: RunSpec, cache_dir: Path) -> RunOutcome | None:
 
 
 def _run_one(spec: RunSpec, cache_dir: Path) -> RunOutcome:
-    command = [sys.executable, "-m", "dualpath.cli.main", *spec.argv()]
-    done = subprocess.run(command, capture_output=True, text=True)
-    if done.returncode != 0:
-        tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
-        return RunOutcome(spec=spec, result=None, error=" | ".join(tail) or f"exit {done.returncode}")
-    try:
-        result = json.loads(done.stdout[done.stdout.index("{") :])
-    except ValueError:
-        return RunOutcome(spec=spec, result=None, error="simulate printed no JSON object")
-    path = cache_dir / f"{spec.key()}.json"
+    outcome = simulate(spec)
+    if outcome.result is not None:
+        _store(outcome, cache_dir)
+    return outcome
+
+
+def _store(outcome: RunOutcome, cache_dir: Path) -> None:
+    path = cache_dir / f"{outcome.spec.key()}.json"
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(result, sort_keys=True))
+    tmp.write_text(json.dumps(outcome.result, sort_keys=True))
     os.replace(tmp, path)  # atomic: a crash never leaves a torn result that a resume would trust
-    return RunOutcome(spec=spec, result=result)
 
 
 def failed(outcomes: Iterable[RunOutcome]) -> list[RunOutcome]:
