@@ -20,6 +20,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 
 def run(args: argparse.Namespace) -> int:
-    from dualpath.runtime.node_main import run_from_args
+    from dualpath.runtime.node_main import run_reporting_start_errors
 
-    return run_from_args(args)
+    return run_reporting_start_errors(args)

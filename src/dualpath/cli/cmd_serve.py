@@ -48,6 +48,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     )
     parser.add_argument("--tcp", action="store_true", help="move KV over ZeroMQ TCP instead of shared memory")
     parser.add_argument(
+        "--shutdown-grace",
+        type=_seconds,
+        default=10.0,
+        metavar="S",
+        help="on SIGTERM/Ctrl-C, wait at most S seconds for requests in flight and nodes (default 10); "
+        "a second signal stops at once",
+    )
+    parser.add_argument(
         "--event-log",
         type=Path,
         help="on exit, write the driver's config, input events, messages and decisions here (JSON, replayable)",
@@ -58,7 +66,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 def run(args: argparse.Namespace) -> int:
     from dualpath.runtime.cluster import ClusterConfigError, apply_settings, load_cluster
-    from dualpath.runtime.serve import serve
+    from dualpath.runtime.serve import preflight, serve
 
     try:
         spec = load_cluster(args.config)
@@ -67,6 +75,7 @@ def run(args: argparse.Namespace) -> int:
         if args.read_path:
             spec = replace(spec, read_path=args.read_path)
         spec = apply_settings(spec, args.set)
+        preflight(spec)
     except ClusterConfigError as error:
         raise UserError(str(error)) from None
     if args.no_spawn and args.store is None:
@@ -83,4 +92,12 @@ def run(args: argparse.Namespace) -> int:
         control_port=args.control_port,
         tcp_data_plane=args.tcp,
         event_log_path=args.event_log,
+        shutdown_grace_s=args.shutdown_grace,
     )
+
+
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not value >= 0:  # also NaN
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds >= 0")
+    return value

@@ -58,6 +58,10 @@ _SWITCH_INTERVAL_S = 0.0005  # 10x shorter than CPython's default 5 ms
 _STORE_CAPACITY_BYTES = 2**40  # the shared directory is the whole "3FS"; eviction is not modelled (A.4)
 
 
+class NodeStartError(RuntimeError):
+    """The node cannot start (its model, device or configuration); the message says why, in one line."""
+
+
 class Engine(Protocol):
     def on_command(self, message: Message) -> None: ...
     def on_notice(self, notice: Notice) -> None: ...
@@ -235,7 +239,11 @@ def run_node(options: NodeOptions, spec: RuntimeClusterSpec) -> int:
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
-    model = build_model(spec.model, device=spec.device, seed=spec.seed)
+    try:
+        model = build_model(spec.model, device=spec.device, seed=spec.seed)
+    except Exception as error:  # noqa: BLE001 - any failure here is the start-up failure to report
+        why = f"cannot build model {spec.model!r} on device {spec.device!r}: {error}"
+        raise NodeStartError(why) from error
     context = zmq.Context.instance()
     control = dealer(context, options.scheduler_address, options.name)
     links: NodeLinks | None = None

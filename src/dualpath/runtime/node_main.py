@@ -53,7 +53,20 @@ def run_from_args(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="dualpath-node")
     add_node_arguments(parser)
-    return run_from_args(parser.parse_args(argv))
+    return run_reporting_start_errors(parser.parse_args(argv))
+
+
+def run_reporting_start_errors(args: argparse.Namespace) -> int:
+    """`run_from_args`, with a start-up failure as one line on stderr and exit status 2 (`serve`
+    relays the status and stops), not a traceback."""
+    from dualpath.runtime.cluster import ClusterConfigError
+    from dualpath.runtime.node import NodeStartError
+
+    try:
+        return run_from_args(args)
+    except (NodeStartError, ClusterConfigError) as error:
+        print(f"dualpath node {args.name or args.role}: cannot start: {error}", file=sys.stderr, flush=True)
+        return 2
 
 
 def _exit_now(code: int) -> None:

@@ -42,6 +42,7 @@ _DRIVER_EVENTS = (
     "decode_done",
     "released",
 )
+_WATCH_INTERVAL_S = 0.25  # how soon a dead node or a stopped control loop stops `serve`
 _FETCH_TICK_S = (
     0.02  # periodic fetch when nothing else woke the loop (paper §6.1: leaders fetch periodically)
 )
@@ -342,17 +343,37 @@ async def control_loop(scheduler: ClusterScheduler, router: zmq.asyncio.Socket) 
                 identity, frame = await router.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
                 break
-            with contextlib.suppress(ValueError):
-                await send_all(router, scheduler.handle(identity.decode(), decode(frame)))
+            try:
+                name, message = identity.decode(), decode(frame)
+            except ValueError:  # not a control message of ours (UnicodeDecodeError is one too)
+                continue
+            await send_all(router, scheduler.handle(name, message))  # a driver error stops serving
         await send_all(router, scheduler.maybe_fetch())
 
 
-async def _watch(server: Any, check: Callable[[], str | None]) -> None:
-    """Stop serving when `check` names a reason (e.g. a node process died)."""
+async def _watch(server: Any, check: Callable[[], str | None]) -> str:
+    """Stop serving when `check` names a reason (e.g. a node process died); returns the reason."""
     while (reason := check()) is None:
-        await asyncio.sleep(0.5)
+        await asyncio.sleep(_WATCH_INTERVAL_S)
     print(f"dualpath serve: stopping: {reason}", flush=True)
     server.should_exit = True
+    return reason
+
+
+def _graceful_server(config: Any, on_signal: Callable[[], None]) -> Any:
+    """uvicorn's server, except that a second SIGTERM forces the exit as a second SIGINT does (uvicorn
+    forces only on SIGINT): the first waits for streams in flight, at most the config's graceful
+    shutdown timeout; the second stops waiting. `on_signal` hears of every signal."""
+    import uvicorn
+
+    class GracefulServer(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            on_signal()
+            if self.should_exit:
+                self.force_exit = True
+            super().handle_exit(sig, frame)
+
+    return GracefulServer(config)
 
 
 async def serve_scheduler(
@@ -363,8 +384,11 @@ async def serve_scheduler(
     control_address: str,
     on_bound: Callable[[str], None] | None = None,
     check: Callable[[], str | None] = lambda: None,
-) -> None:
-    """Run the control plane and the HTTP API until uvicorn is asked to stop (SIGINT/SIGTERM)."""
+    shutdown_grace_s: float | None = None,
+    on_signal: Callable[[], None] = lambda: None,
+) -> str | None:
+    """Run the control plane and the HTTP API until uvicorn is asked to stop (SIGINT/SIGTERM: returns
+    None) or `check` names a failure (returns it). Requests in flight get `shutdown_grace_s` to finish."""
     import uvicorn
 
     from dualpath.runtime.api import build_app
@@ -377,8 +401,16 @@ async def serve_scheduler(
     if on_bound is not None:
         on_bound(str(router.getsockopt_string(zmq.LAST_ENDPOINT)))
     app = build_app(SchedulerBackend(scheduler, router))
-    server = uvicorn.Server(
-        uvicorn.Config(app, host=http_host, port=http_port, log_level="warning", lifespan="off")
+    server = _graceful_server(
+        uvicorn.Config(
+            app,
+            host=http_host,
+            port=http_port,
+            log_level="warning",
+            lifespan="off",
+            timeout_graceful_shutdown=None if shutdown_grace_s is None else max(0.1, shutdown_grace_s),
+        ),
+        on_signal,
     )
     control = asyncio.create_task(control_loop(scheduler, router))
 
@@ -388,9 +420,11 @@ async def serve_scheduler(
             return f"control loop stopped: {error!r}"
         return check()
 
-    tasks = [control, asyncio.create_task(_watch(server, check_all))]
+    watch = asyncio.create_task(_watch(server, check_all))
+    tasks = [control, watch]
     try:
         await server.serve()
+        return watch.result() if watch.done() else None
     finally:
         for task in tasks:
             task.cancel()

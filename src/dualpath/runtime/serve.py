@@ -1,25 +1,33 @@
 """`dualpath serve`: the scheduler process (this one) plus one child process per node, stopped cleanly.
 
-Shutdown (Ctrl-C / SIGTERM): uvicorn stops the HTTP server, then every node gets SIGTERM (it drains, closes
-its transfer endpoint and unlinks its shared memory), stragglers get SIGKILL after a grace period, and
-any `dp_<namespace>_*` segment a killed node left behind is unlinked here. No orphan processes remain.
+Shutdown (Ctrl-C / SIGTERM): uvicorn stops the HTTP server (streams in flight get the rest of the
+`--shutdown-grace` period), then every node gets SIGTERM (it drains, closes its transfer endpoint and
+unlinks its shared memory), stragglers get SIGKILL when the grace period is over (a second SIGTERM:
+at once), and any `dp_<namespace>_*` segment a killed node left behind is unlinked here. No orphan
+processes remain. A node that dies (at start-up too) stops `serve` with exit status 1.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import re
+import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import time
 import uuid
 from contextlib import ExitStack
 from pathlib import Path
 
-from dualpath.runtime.cluster import RuntimeClusterSpec, dump_cluster
+from dualpath.runtime.cluster import ClusterConfigError, RuntimeClusterSpec, dump_cluster
 from dualpath.runtime.launcher import stop_processes, unlink_shared_memory
 from dualpath.runtime.scheduler import ClusterScheduler, serve_scheduler
+
+SHUTDOWN_GRACE_S = 10.0  # `--shutdown-grace`: how long SIGTERM waits for requests in flight and nodes
+_NODE_STOP_MIN_S = 1.0  # nodes always get this long to drain and unlink shared memory before SIGKILL
 
 
 def node_command(
@@ -46,6 +54,17 @@ def node_command(
     return args + (["--tcp-host", tcp_host] if tcp_host else [])
 
 
+def preflight(spec: RuntimeClusterSpec) -> None:
+    """What can be checked before any node starts (a node's own failure stops `serve` too, later):
+    the model is a model preset or a folder. Raises ClusterConfigError."""
+    from dualpath.config.loader import MODEL, preset_names
+
+    if not Path(spec.model).is_dir() and spec.model not in preset_names(MODEL):
+        raise ClusterConfigError(
+            f"model {spec.model!r} is neither a model folder nor a preset ({', '.join(preset_names(MODEL))})"
+        )
+
+
 def serve(
     spec: RuntimeClusterSpec,
     *,
@@ -57,13 +76,16 @@ def serve(
     control_port: int = 0,
     tcp_data_plane: bool = False,
     event_log_path: Path | None = None,
+    shutdown_grace_s: float = SHUTDOWN_GRACE_S,
 ) -> int:
-    """Run until SIGINT/SIGTERM. `config` names the cluster for the log; nodes get the resolved spec."""
+    """Run until SIGINT/SIGTERM (exit status 0) or until a node process or the control loop fails (1).
+    `config` names the cluster for the log; nodes get the resolved spec."""
+    remove_stale_run_dirs()
     with ExitStack() as stack:
         if store_dir is None:
-            store_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="dualpath-store-")))
+            store_dir = Path(stack.enter_context(_run_dir("store")))
         namespace = f"{os.getpid()}{uuid.uuid4().hex[:6]}"
-        run_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="dualpath-run-")))
+        run_dir = Path(stack.enter_context(_run_dir("run")))
         config = str(run_dir / "cluster.toml")  # the resolved spec: nodes see every override
         Path(config).write_text(dump_cluster(spec))
         scheduler = ClusterScheduler(spec, store_dir, event_log_path=event_log_path)
@@ -92,31 +114,99 @@ def serve(
         # uvicorn re-raises the signal it caught once the server has stopped; turning SIGTERM into
         # KeyboardInterrupt lets the `finally` below stop the nodes instead of dying with them orphaned.
         signal.signal(signal.SIGTERM, _interrupt)
+        stopping = Shutdown(children, shutdown_grace_s)
+        failure: str | None = None
         try:
-            asyncio.run(
+            failure = asyncio.run(
                 serve_scheduler(
                     scheduler,
                     http_host=host,
                     http_port=port,
                     control_address=f"tcp://{'0.0.0.0' if not spawn_nodes else '127.0.0.1'}:{control_port}",
                     on_bound=start_nodes,
-                    check=lambda: _dead_child(children),
+                    check=lambda: _dead_child(children, spec.node_ids()),
+                    shutdown_grace_s=shutdown_grace_s,
+                    on_signal=stopping.begin,
                 )
             )
         except KeyboardInterrupt:
             pass
         finally:
-            stop_processes(children)
+            stopping.stop_nodes()
             unlink_shared_memory(namespace)
-    return 0
+    return 1 if failure else 0
+
+
+class Shutdown:
+    """The shutdown deadline: `grace_s` after the first SIGINT/SIGTERM the HTTP side has stopped waiting
+    for streams and the nodes get what is left (at least `_NODE_STOP_MIN_S` to drain and unlink their
+    shared memory), then SIGKILL. A further SIGTERM/SIGINT while nodes stop kills them at once."""
+
+    def __init__(self, children: list[subprocess.Popen[bytes]], grace_s: float) -> None:
+        self.children = children
+        self.grace_s = grace_s
+        self.deadline: float | None = None
+
+    def begin(self) -> None:
+        if self.deadline is None:
+            self.deadline = time.monotonic() + self.grace_s
+
+    def stop_nodes(self) -> None:
+        self.begin()
+        assert self.deadline is not None
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, self._force)
+        try:
+            stop_processes(self.children, max(_NODE_STOP_MIN_S, self.deadline - time.monotonic()))
+        finally:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    def _force(self, signum: int, frame: object) -> None:
+        for child in self.children:
+            if child.poll() is None:
+                child.kill()
 
 
 def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
-def _dead_child(children: list[subprocess.Popen[bytes]]) -> str | None:
-    for child in children:
+def _dead_child(children: list[subprocess.Popen[bytes]], names: list[tuple[str, str]]) -> str | None:
+    for child, (name, _) in zip(children, names, strict=False):
         if child.poll() is not None:
-            return f"node process {child.pid} exited with status {child.returncode}"
+            return f"node {name} (pid {child.pid}) exited with status {child.returncode}"
     return None
+
+
+# ---- temporary folders ---------------------------------------------------------------------------
+# `dualpath-run-<pid>-*` / `dualpath-store-<pid>-*` in the system temp dir: removed on any exit this
+# process lives through; after a SIGKILL the next `serve` removes those whose owner process is gone.
+
+
+def _run_dir(kind: str) -> tempfile.TemporaryDirectory[str]:
+    return tempfile.TemporaryDirectory(prefix=f"dualpath-{kind}-{os.getpid()}-")
+
+
+def remove_stale_run_dirs(temp_dir: Path | None = None) -> list[str]:
+    """Remove the temporary folders of `serve` processes that no longer run; returns their names."""
+    removed = []
+    for path in sorted(Path(temp_dir or tempfile.gettempdir()).glob("dualpath-*-*-*")):
+        match = _RUN_DIR.fullmatch(path.name)
+        if match is None or not path.is_dir() or path.is_symlink() or _alive(int(match["pid"])):
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(path.name)
+    return removed
+
+
+_RUN_DIR = re.compile(r"dualpath-(run|store)-(?P<pid>[0-9]+)-[A-Za-z0-9_]+")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
