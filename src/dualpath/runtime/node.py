@@ -203,6 +203,7 @@ class NodeLinks:
             "snic_bytes_per_s": self.snic.rate_bytes_per_s,
             "read_q_tokens": float(self.snic.read_queue.queued_tokens),
             "corrupt_blocks": float(self.corrupt_blocks),
+            "store_write_errors": float(self.writer.failures.total),
         }
 
     def close(self) -> None:

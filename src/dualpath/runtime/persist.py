@@ -12,10 +12,16 @@ write once it is durable), so here one thread paces the blocks FIFO and a small 
 
 A job's future completes once every block of it is committed (durable), so "persisted" still means a
 next round's hit can read it. Blocks already present are skipped, as `StorageWriter` does.
+
+A commit that fails with an OSError (ENOSPC, EIO, ...) fails its job's future, as any error does: the
+block is simply not stored, a later round misses it and recomputes (DESIGN §4 "faults"), and serving
+goes on. `WriteFailures` counts them for /metrics and logs once per burst: the first failure, then one
+line when a write succeeds again (space came back), so a full disk does not flood the log.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 
@@ -26,6 +32,32 @@ from dualpath.transfer.nic import Snic
 # Chosen: two commits in flight keep the link busy when one commit (≈8 ms measured, see NOTE) takes
 # less than two blocks' link time; fsync waits on the disk with the GIL released.
 COMMITS_IN_FLIGHT = 2
+_log = logging.getLogger(__name__)
+
+
+class WriteFailures:
+    """Failed block writes: a count, and a log line at the start and at the end of each burst."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.total = 0
+        self._in_burst = 0  # failures since the last success
+        self._lock = threading.Lock()
+
+    def failed(self, error: OSError) -> None:
+        with self._lock:
+            self.total += 1
+            self._in_burst += 1
+            first = self._in_burst == 1
+        if first:
+            _log.warning("%s: KV block writes failing (%s); serving goes on without persisting them",
+                         self.name, error)  # fmt: skip
+
+    def succeeded(self) -> None:
+        with self._lock:
+            burst, self._in_burst = self._in_burst, 0
+        if burst:
+            _log.warning("%s: KV block writes resumed after %d failed", self.name, burst)
 
 
 class _Job:
@@ -52,6 +84,7 @@ class PipelinedWriter:
         self.snic = snic
         self._pace = ThreadPoolExecutor(1, thread_name_prefix=f"{snic.name}-write")  # FIFO on the link
         self._commit = ThreadPoolExecutor(commits_in_flight, thread_name_prefix=f"{snic.name}-commit")
+        self.failures = WriteFailures(snic.name)
 
     def submit(self, job: WriteJob) -> Future[int]:
         """Persist the blocks (paced in order); the future gives the bytes written once all are durable."""
@@ -78,7 +111,13 @@ class PipelinedWriter:
             put = self.store.put_full_block(
                 block.key, block.data, num_layers=block.num_layers, parent=block.parent
             )
+            if put:
+                self.failures.succeeded()
             state.committed(memoryview(block.data).nbytes if put else 0)
+        except OSError as error:
+            self.failures.failed(error)
+            if not state.future.done():
+                state.future.set_exception(error)
         except BaseException as error:  # noqa: BLE001
             if not state.future.done():
                 state.future.set_exception(error)

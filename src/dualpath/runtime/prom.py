@@ -9,6 +9,9 @@ by request completions. Series:
     dualpath_requests_total{read_side}              per-path request counts (pe / de / none)
     dualpath_ttft_seconds, dualpath_tpot_seconds    histograms (server-side, from arrival at the API)
     dualpath_corrupt_blocks_recomputed_total        blocks that failed their checksum and were recomputed
+    dualpath_lost_blocks_recomputed_total           blocks of planned hits that a read found corrupt or
+                                                    missing (or that came after one): recomputed, rewritten
+    dualpath_store_write_errors_total{node}         KV block writes that failed (ENOSPC, EIO, ...)
 """
 
 from __future__ import annotations
@@ -98,6 +101,18 @@ class ServeMetrics:
             registry=self.registry,
         )
 
+        self.lost = Counter(
+            "dualpath_lost_blocks_recomputed",
+            "Blocks of planned cache hits found corrupt or missing (or after one) by a read: recomputed",
+            registry=self.registry,
+        )
+        self.write_errors = Gauge(
+            "dualpath_store_write_errors_total",
+            "KV block writes to the store that failed (no space, I/O error); the blocks are not stored",
+            ["node"],
+            registry=self.registry,
+        )
+
     def observe_node(self, node_id: str, stats: dict[str, float]) -> None:
         """A node report's cumulative counters (the node owns them; we mirror its latest values)."""
         for direction in ("rx", "tx"):
@@ -106,6 +121,8 @@ class ServeMetrics:
         self.read_queue.labels(node_id).set(stats.get("read_q_tokens", 0.0))
         self.read_wait.labels(node_id).set(stats.get("snic_read_wait_s", 0.0))
         self.snic_rate.labels(node_id).set(stats.get("snic_bytes_per_s", 0.0))
+        if "store_write_errors" in stats:
+            self.write_errors.labels(node_id).set(stats["store_write_errors"])
         if "decode_restarts" in stats:
             self.decode_restarts.labels(node_id).set(stats["decode_restarts"])
             self.decode_restart.labels(node_id).set(stats.get("decode_restart_s", 0.0))
@@ -113,6 +130,9 @@ class ServeMetrics:
             self.engine_pieces.labels(node_id).set(stats["engine_pieces"])
             self.engine_seconds.labels(node_id, "wall").set(stats.get("engine_wall_s", 0.0))
             self.engine_seconds.labels(node_id, "cpu").set(stats.get("engine_cpu_s", 0.0))
+
+    def observe_lost_blocks(self, blocks: int) -> None:
+        self.lost.inc(blocks)
 
     def set_corrupt_total(self, total: int) -> None:
         self.corrupt.set(total)
