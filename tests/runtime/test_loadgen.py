@@ -35,3 +35,26 @@ def test_each_round_resends_the_whole_context_with_the_served_tokens(stub_backen
     summary = summarise(result)
     assert summary["requests"] == 2 and summary["generated_tokens"] == 6
     assert summary["jct_s"] >= summary["ttft_s"]["p50"] > 0
+
+
+def test_chat_rounds_resend_the_conversation_with_the_served_replies():
+    from api_stub import ApiStub
+
+    stub = ApiStub(max_context_tokens=4096)
+    transport = httpx.ASGITransport(app=build_app(stub))
+    plans = [AgentPlan(agent_id=0, rounds=((5, 2), (3, 4)))]
+    result = asyncio.run(
+        run_bench(
+            "http://stub", plans, vocab_size=256, seed=7, progress=False, transport=transport,
+            endpoint="chat", model="stub",
+        )
+    )  # fmt: skip
+    first, second = (bytes(t for t in r.prompt_token_ids if t < 256).decode() for r in stub.requests)
+    user = first.removeprefix("<user>").removesuffix("\n<assistant>")
+    assert len(user) == 5 and set(user) <= set("abcdefghijklmnopqrstuvwxyz ")
+    reply = chr(ord(">") + 1) + chr(ord(">") + 2)  # the stub counts up from the prompt's last byte
+    assert second.startswith(f"<user>{user}\n<assistant>{reply}\n<user>")
+    assert [r.max_tokens for r in stub.requests] == [2, 4] and all(r.ignore_eos for r in stub.requests)
+    assert [r.generated_tokens for r in result.rounds] == [2, 4]
+    assert [r.prompt_tokens for r in result.rounds] == [len(r.prompt_token_ids) for r in stub.requests]
+    assert result.rounds[0].info["read_side"] == "none"

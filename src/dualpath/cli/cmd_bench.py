@@ -1,4 +1,4 @@
-"""`dualpath bench --url URL --dataset 64k|FILE --agents N [--aps X] [--context-scale F] [--json]`."""
+"""`dualpath bench --url URL --dataset 64k|FILE --agents N [--aps X] [--context-scale F] [--endpoint chat] [--json]`."""
 
 from __future__ import annotations
 
@@ -33,6 +33,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser.add_argument(
         "--rounds", type=int, default=None, help="replay only each trajectory's first N rounds"
     )
+    parser.add_argument(
+        "--endpoint",
+        choices=("completions", "chat"),
+        default="completions",
+        help="completions: exact token ids each round (default); chat: messages through the chat template",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     parser.set_defaults(func=run)
@@ -59,6 +65,7 @@ def run(args: argparse.Namespace) -> int:
         context_scale=scale,
         max_rounds=args.rounds,
         seed=args.seed,
+        endpoint=args.endpoint,
     )
     try:
         summary, _ = run_bench(args.url, options, progress=not args.json)

@@ -36,6 +36,7 @@ class BenchOptions:
     context_scale: float = DEFAULT_CONTEXT_SCALE
     max_rounds: int | None = None
     seed: int = 0
+    endpoint: str = "completions"  # or "chat": messages through the served model's chat template
 
 
 def load_trajectories(dataset: str, agents: int, seed: int) -> tuple:
@@ -60,6 +61,15 @@ def make_plans(options: BenchOptions) -> list[AgentPlan]:
         )
         plans.append(AgentPlan(agent_id=agent, rounds=scaled, start_s=start))
     return plans
+
+
+def served_model(url: str) -> str | None:
+    """The id GET /v1/models names (sent as `model`, which other OpenAI servers require); None if absent."""
+    response = httpx.get(f"{url}/v1/models", timeout=10)
+    if response.status_code != 200:
+        return None
+    models = response.json().get("data") or [{}]
+    return models[0].get("id")
 
 
 def snic_counters(url: str) -> dict[str, dict[str, float]]:
@@ -97,11 +107,22 @@ def run(url: str, options: BenchOptions, *, progress: bool = True) -> tuple[dict
     health = wait_healthy(url, timeout_s=120.0)  # a server that is still starting gets time to come up
     before = snic_counters(url)
     vocab_size = int(health.get("vocab_size", 256))
-    result = asyncio.run(run_bench(url, plans, vocab_size=vocab_size, seed=options.seed, progress=progress))
+    result = asyncio.run(
+        run_bench(
+            url,
+            plans,
+            vocab_size=vocab_size,
+            seed=options.seed,
+            progress=progress,
+            endpoint=options.endpoint,
+            model=served_model(url),
+        )
+    )
     time.sleep(0.1)  # a few node report intervals, so /metrics holds the run's last bytes
     summary = summarise(result)
     summary["snic"] = snic_summary(before, snic_counters(url))
     summary["mode"] = health.get("mode")
+    summary["endpoint"] = options.endpoint
     # β and the §6.4 predictor as this run's PEs measured them at start-up: the run's scheduler constants.
     summary["scheduler_rates"] = {
         k: float(health[k]) for k in ("prefill_tokens_per_s", "attention_s_per_token_pair") if k in health
@@ -130,7 +151,7 @@ def _count_sides(result: BenchResult) -> dict[str, int]:
 
 def format_summary(summary: dict) -> str:
     lines = [
-        f"mode {summary.get('mode')}: {summary['agents']} agents, {summary['requests']} requests in {summary['wall_s']:.2f} s",
+        f"mode {summary.get('mode')} ({summary.get('endpoint', 'completions')}): {summary['agents']} agents, {summary['requests']} requests in {summary['wall_s']:.2f} s",
         f"  JCT (all agents) {summary['jct_s']:.2f} s   agent JCT p50 {summary['agent_jct_s']['p50']:.2f} s",
         f"  tokens/s {summary['tokens_per_s']:.1f}   read sides {summary['read_sides']}",
     ]

@@ -5,6 +5,10 @@ the server actually generated, as token ids) and asks for exactly g_{i+1} tokens
 and inter-round gaps are zero. Offline: all agents start at once; online: Poisson arrivals at `aps` agents
 per second from a seeded generator. Append tokens are random ids from the agent's own seeded generator, so
 the same seed replays byte-identical prompts.
+
+Two endpoints: `completions` (default) sends the exact token ids; `chat` sends the conversation as
+messages (each append a user message of random lowercase text, each reply the assistant's text), as a chat
+client would; its token counts come from the server's usage.
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 
 import httpx
@@ -87,27 +91,91 @@ def poisson_starts(n: int, aps: float | None, rng: np.random.Generator) -> list[
     return [float(t) for t in np.cumsum(rng.exponential(1.0 / aps, size=n))]
 
 
-async def _post_round(client: httpx.AsyncClient, prompt: list[int], max_tokens: int, t0: float) -> dict:
-    body = {"prompt": prompt, "max_tokens": max_tokens, "stream": True, "ignore_eos": True, "temperature": 0}
-    sent = time.monotonic() - t0
-    times: list[float] = []
-    token_ids: list[int] = []
-    info: dict[str, object] = {}
-    async with client.stream("POST", "/v1/completions", json=body) as response:
+ENDPOINTS = ("completions", "chat")
+_LETTERS = np.frombuffer(b"abcdefghijklmnopqrstuvwxyz ", dtype=np.uint8)
+
+
+async def _stream_events(client: httpx.AsyncClient, path: str, body: dict) -> AsyncIterator[dict]:
+    async with client.stream("POST", path, json=body) as response:
         if response.status_code != 200:
             raise RuntimeError(
                 f"server answered {response.status_code}: {(await response.aread()).decode()[:300]}"
             )
         async for line in response.aiter_lines():
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            event = json.loads(line[len("data: ") :])
-            ids = event["choices"][0]["token_ids"]
-            now = time.monotonic() - t0
-            times.extend([now] * len(ids))
-            token_ids.extend(ids)
-            info = event.get("dualpath", info)
-    return {"sent": sent, "times": times, "token_ids": token_ids, "info": info}
+            if line.startswith("data: ") and line != "data: [DONE]":
+                yield json.loads(line[len("data: ") :])
+
+
+async def _post_round(
+    client: httpx.AsyncClient, prompt: list[int], max_tokens: int, t0: float, model: str | None
+) -> dict:
+    body = {"prompt": prompt, "max_tokens": max_tokens, "stream": True, "ignore_eos": True, "temperature": 0}
+    if model is not None:
+        body["model"] = model
+    sent = time.monotonic() - t0
+    times: list[float] = []
+    token_ids: list[int] = []
+    info: dict[str, object] = {}
+    async for event in _stream_events(client, "/v1/completions", body):
+        if not event.get("choices"):
+            continue
+        ids = event["choices"][0]["token_ids"]
+        now = time.monotonic() - t0
+        times.extend([now] * len(ids))
+        token_ids.extend(ids)
+        info = event.get("dualpath", info)
+    return {"sent": sent, "times": times, "token_ids": token_ids, "info": info, "prompt_tokens": len(prompt)}
+
+
+async def _post_chat_round(
+    client: httpx.AsyncClient, messages: list[dict[str, str]], max_tokens: int, t0: float, model: str | None
+) -> dict:
+    """One chat round; a chunk with content counts as one token's arrival, the counts come from usage."""
+    body = {
+        "messages": messages,
+        "max_completion_tokens": max_tokens,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "ignore_eos": True,
+        "temperature": 0,
+    }
+    if model is not None:
+        body["model"] = model
+    sent = time.monotonic() - t0
+    times: list[float] = []
+    text: list[str] = []
+    info: dict[str, object] = {}
+    usage: dict[str, int] = {}
+    async for event in _stream_events(client, "/v1/chat/completions", body):
+        usage = event.get("usage") or usage
+        info = event.get("dualpath", info)
+        for choice in event.get("choices", []):
+            if content := (choice.get("delta") or {}).get("content"):
+                times.append(time.monotonic() - t0)
+                text.append(content)
+    return {
+        "sent": sent,
+        "times": times,
+        "text": "".join(text),
+        "info": info,
+        "prompt_tokens": int(usage.get("prompt_tokens", 0)),
+        "generated_tokens": int(usage.get("completion_tokens", len(times))),
+    }
+
+
+def _record(plan: AgentPlan, index: int, out: dict, generated_tokens: int) -> RoundRecord:
+    times = out["times"]
+    return RoundRecord(
+        agent_id=plan.agent_id,
+        round_index=index,
+        prompt_tokens=out["prompt_tokens"],
+        generated_tokens=generated_tokens,
+        sent_s=out["sent"],
+        first_token_s=times[0] if times else out["sent"],
+        second_token_s=times[1] if len(times) > 1 else None,
+        done_s=times[-1] if times else out["sent"],
+        info=out["info"],
+    )
 
 
 async def _run_agent(
@@ -118,30 +186,31 @@ async def _run_agent(
     seed: int,
     t0: float,
     on_round: Callable[[RoundRecord], None],
+    endpoint: str = "completions",
+    model: str | None = None,
 ) -> AgentRecord:
     rng = np.random.default_rng([seed, plan.agent_id])
     await asyncio.sleep(max(0.0, plan.start_s - (time.monotonic() - t0)))
     start = time.monotonic() - t0
     context: list[int] = []
+    messages: list[dict[str, str]] = []
     for index, (append_tokens, gen_tokens) in enumerate(plan.rounds):
+        if endpoint == "chat":
+            messages.append({"role": "user", "content": _random_text(rng, append_tokens)})
+            out = await _post_chat_round(client, messages, gen_tokens, t0, model)
+            on_round(_record(plan, index, out, out["generated_tokens"]))
+            messages.append({"role": "assistant", "content": out["text"]})
+            continue
         context.extend(int(t) for t in rng.integers(0, vocab_size, size=append_tokens))
-        out = await _post_round(client, context, gen_tokens, t0)
-        times = out["times"]
-        on_round(
-            RoundRecord(
-                agent_id=plan.agent_id,
-                round_index=index,
-                prompt_tokens=len(context),
-                generated_tokens=len(out["token_ids"]),
-                sent_s=out["sent"],
-                first_token_s=times[0] if times else out["sent"],
-                second_token_s=times[1] if len(times) > 1 else None,
-                done_s=times[-1] if times else out["sent"],
-                info=out["info"],
-            )
-        )
+        out = await _post_round(client, context, gen_tokens, t0, model)
+        on_round(_record(plan, index, out, len(out["token_ids"])))
         context.extend(out["token_ids"])
     return AgentRecord(agent_id=plan.agent_id, start_s=start, end_s=time.monotonic() - t0)
+
+
+def _random_text(rng: np.random.Generator, chars: int) -> str:
+    """Lowercase letters and spaces: one token per character for a byte tokenizer."""
+    return bytes(_LETTERS[rng.integers(0, len(_LETTERS), size=chars)]).decode()
 
 
 async def run_bench(
@@ -153,8 +222,12 @@ async def run_bench(
     progress: bool = True,
     timeout_s: float = 600.0,
     transport: httpx.AsyncBaseTransport | None = None,
+    endpoint: str = "completions",
+    model: str | None = None,
 ) -> BenchResult:
     """Replay every agent against the server at `url`; one progress-bar tick per finished round."""
+    if endpoint not in ENDPOINTS:
+        raise ValueError(f"endpoint must be one of {', '.join(ENDPOINTS)}, got {endpoint!r}")
     from tqdm import tqdm
 
     records: list[RoundRecord] = []
@@ -172,7 +245,16 @@ async def run_bench(
         t0 = time.monotonic()
         agents = await asyncio.gather(
             *(
-                _run_agent(client, p, vocab_size=vocab_size, seed=seed, t0=t0, on_round=on_round)
+                _run_agent(
+                    client,
+                    p,
+                    vocab_size=vocab_size,
+                    seed=seed,
+                    t0=t0,
+                    on_round=on_round,
+                    endpoint=endpoint,
+                    model=model,
+                )
                 for p in plans
             )
         )
