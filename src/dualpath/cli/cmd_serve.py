@@ -1,4 +1,5 @@
-"""`dualpath serve [--config FILE|PRESET] [--mode M] [--port N]`: a real local DualPath cluster."""
+"""`dualpath serve [--config FILE|PRESET] [--mode M] [--model PRESET|DIR] [--port N]`: a real local DualPath
+cluster."""
 
 from __future__ import annotations
 
@@ -23,6 +24,17 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "--config", default="local-1p2d", help="cluster preset or TOML file (default local-1p2d)"
     )
     parser.add_argument("--mode", choices=MODES, help="serving mode (default: the cluster file's)")
+    parser.add_argument(
+        "--model",
+        help="model preset (tiny-llama) or a local Hugging Face model folder: config.json, *.safetensors, "
+        "tokenizer.json (default: the cluster file's); never downloaded",
+    )
+    parser.add_argument(
+        "--dtype",
+        choices=("float32", "bfloat16", "float16"),
+        help="weights and KV cache type (default: the preset's, or the folder's torch_dtype)",
+    )
+    parser.add_argument("--device", choices=("cpu", "cuda"), help="where the nodes compute (default cpu)")
     parser.add_argument(
         "--read-path", choices=sorted(READ_PATH_POLICIES), help="read-path policy for dualpath/oracle"
     )
@@ -66,6 +78,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 def run(args: argparse.Namespace) -> int:
     from dualpath.runtime.cluster import ClusterConfigError, apply_settings, load_cluster
+    from dualpath.runtime.model_host import resolve_model
     from dualpath.runtime.serve import preflight, serve
 
     try:
@@ -74,9 +87,13 @@ def run(args: argparse.Namespace) -> int:
             spec = replace(spec, mode=args.mode)
         if args.read_path:
             spec = replace(spec, read_path=args.read_path)
+        for key in ("model", "dtype", "device"):
+            if getattr(args, key):
+                spec = replace(spec, **{key: getattr(args, key)})
         spec = apply_settings(spec, args.set)
+        spec = replace(spec, model=resolve_model(spec.model))  # a folder: absolute, its files checked
         preflight(spec)
-    except ClusterConfigError as error:
+    except (ClusterConfigError, FileNotFoundError) as error:
         raise UserError(str(error)) from None
     if args.no_spawn and args.store is None:
         raise UserError(

@@ -4,6 +4,7 @@ Preset folders inside the package (`dualpath/presets/`):
 
     hardware/<name>.toml    -> HardwareSpec   (hopper-8x400g, h800, h100, h200, gb200-nvl72)
     model/<name>.toml       -> ModelSpec      (deepseek-v3.2, deepseek-v3, ds-27b, qwen2.5-32b, ...)
+                               or a Hugging Face model folder (config.json), e.g. `--model ./Qwen2-0.5B`
     pd-cluster/<name>.toml  -> ClusterSpec    (hardware + model + P/D + scheduler, e.g. ds660b-2p4d)
 
 (`presets/cluster/` holds the runtime's process layouts; `dualpath.runtime.cluster` reads those.)
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from dualpath.config.coerce import ConfigError, build, coerce_field
+from dualpath.config.hf_model import hf_model_document, is_model_folder
 from dualpath.config.specs import ClusterSpec, HardwareSpec, ModelSpec
 from dualpath.config.validate import Spec, validate
 
@@ -46,7 +48,10 @@ def preset_names(kind: str) -> list[str]:
 def load_document(
     kind: str, name_or_path: str, *, _depth: int = 0, _base_dir: Path | None = None
 ) -> dict[str, Any]:
-    """The TOML table of a preset or file, with `extends` resolved (merged over its base)."""
+    """The TOML table of a preset or file, with `extends` resolved (merged over its base). A model may also
+    be a Hugging Face model folder (its `config.json`, `dualpath.config.hf_model`)."""
+    if kind == MODEL and is_model_folder(name_or_path) and Path(name_or_path).suffix != ".toml":
+        return hf_model_document(name_or_path)
     if _depth > _MAX_EXTENDS_DEPTH:
         raise ConfigError(
             f"{kind} {name_or_path!r}: `extends` chain longer than {_MAX_EXTENDS_DEPTH} (a cycle?)"

@@ -16,6 +16,7 @@ from dualpath.policy.read_path import READ_PATH_POLICIES
 
 MODES = ("basic", "layerwise", "dualpath-rr", "dualpath", "oracle")
 ROLES = ("prefill", "decode")
+DTYPES = ("", "float32", "bfloat16", "float16")  # "": the model's own
 # A torch device string (`cpu`, `cuda`, `cuda:1`, ...), checked before any node starts: a typo fails
 # `serve` at once instead of in every node process.
 _DEVICE = re.compile(r"(cpu|cuda|mps|xpu|hpu|meta)(:[0-9]+)?")
@@ -30,7 +31,8 @@ class RuntimeClusterSpec:
     """A local (or multi-host) runtime cluster: P prefill nodes, D decode nodes, emulated links."""
 
     name: str = "local-1p2d"
-    model: str = "tiny-llama"
+    model: str = "tiny-llama"  # a model preset name, or a Hugging Face model folder (every node loads it)
+    dtype: str = ""  # float32, bfloat16, float16; empty: the preset's KV format, or the folder's torch_dtype
     device: str = "cpu"
     num_prefill_nodes: int = 1
     num_decode_nodes: int = 2
@@ -59,6 +61,8 @@ class RuntimeClusterSpec:
             raise ClusterConfigError("the runtime runs one engine per node process (engines_per_node = 1)")
         if self.block_tokens < 1:
             raise ClusterConfigError("block_tokens must be at least 1")
+        if self.dtype not in DTYPES:
+            raise ClusterConfigError(f"dtype {self.dtype!r} is not one of {', '.join(DTYPES[1:])}")
         for name in ("snic_bytes_per_s", "cnic_bytes_per_s", "dram_buffer_bytes", "hbm_tokens"):
             if getattr(self, name) <= 0:
                 raise ClusterConfigError(f"{name} must be positive")

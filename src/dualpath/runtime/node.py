@@ -38,6 +38,7 @@ from dualpath.runtime.model_host import (
     build_model,
     measure_attention_s_per_token_pair,
     measure_prefill_tokens_per_s,
+    served_model_name,
 )
 from dualpath.runtime.persist import PipelinedWriter
 from dualpath.transfer import (
@@ -241,7 +242,7 @@ def run_node(options: NodeOptions, spec: RuntimeClusterSpec) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
     try:
-        model = build_model(spec.model, device=spec.device, seed=spec.seed)
+        model = build_model(spec.model, device=spec.device, seed=spec.seed, dtype=spec.dtype)
     except Exception as error:  # noqa: BLE001 - any failure here is the start-up failure to report
         why = f"cannot build model {spec.model!r} on device {spec.device!r}: {error}"
         raise NodeStartError(why) from error
@@ -255,7 +256,8 @@ def run_node(options: NodeOptions, spec: RuntimeClusterSpec) -> int:
             "name": options.name,
             "role": options.role,
             "pid": os.getpid(),
-            "model": spec.model,
+            "model": served_model_name(spec.model),
+            "dtype": model.config.dtype,
             "vocab_size": model.config.vocab_size,
             "max_context_tokens": model.config.max_position_tokens,
             "kv_bytes_per_token": model.config.kv_bytes_per_token_per_layer * model.config.num_layers,

@@ -1,6 +1,8 @@
 """Load (and save) a Hugging Face Llama/Qwen2 checkpoint folder: `config.json` + `*.safetensors`.
 
-Only a local folder is read; nothing is ever downloaded. Tensor names map one to one:
+Only a local folder is read; nothing is ever downloaded. The weights are one `model.safetensors`, or shards
+listed by `model.safetensors.index.json` (or, without an index, every `*.safetensors` file). A missing
+folder, file or tensor is an error that names it. Tensor names map one to one:
 
     model.embed_tokens.weight                          -> embed
     model.layers.N.input_layernorm.weight              -> layers[N].input_norm
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors.torch import load_file, save_file
@@ -40,20 +43,52 @@ _BIAS_NAMES = {"q_b": "self_attn.q_proj.bias", "k_b": "self_attn.k_proj.bias", "
 _IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
 
 
-def load_hf_folder(folder: str | Path, *, dtype: str = "float32", device: str = "cpu") -> Transformer:
-    """A `Transformer` with the folder's weights, cast to `dtype` on `device`."""
+def load_hf_folder(folder: str | Path, *, dtype: str | None = None, device: str = "cpu") -> Transformer:
+    """A `Transformer` with the folder's weights, cast to `dtype` (default: the folder's `torch_dtype`,
+    float32 if it names none the runtime has) on `device`."""
     folder = Path(folder)
+    hf = read_hf_config(folder)
+    config = config_from_hf(hf, dtype=dtype or default_dtype(hf), device=device)
+    tensors: dict[str, torch.Tensor] = {}
+    for path in weight_files(folder):
+        tensors.update(load_file(str(path), device="cpu"))
+    return Transformer(config, _weights_from_tensors(config, tensors))
+
+
+def read_hf_config(folder: str | Path) -> dict[str, Any]:
+    """The folder's `config.json`; a missing folder or file is a FileNotFoundError naming the path."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise FileNotFoundError(f"{folder}: no such model folder (expected config.json and *.safetensors)")
     config_path = folder / "config.json"
     if not config_path.is_file():
-        raise FileNotFoundError(f"{folder}: no config.json (expected a Hugging Face model folder)")
-    config = config_from_hf(json.loads(config_path.read_text()), dtype=dtype, device=device)
+        raise FileNotFoundError(f"{config_path}: no such file (expected a Hugging Face model folder)")
+    config = json.loads(config_path.read_text())
+    if not isinstance(config, dict):
+        raise ValueError(f"{config_path}: expected a JSON object")
+    return config
+
+
+def default_dtype(hf: dict[str, Any]) -> str:
+    """The folder's own weight dtype (`torch_dtype`, or `dtype` in newer exports) if the runtime has it."""
+    named = hf.get("torch_dtype") or hf.get("dtype")
+    return named if named in ("float32", "bfloat16", "float16") else "float32"
+
+
+def weight_files(folder: Path) -> list[Path]:
+    """The checkpoint's safetensors files: those the index names, else every `*.safetensors`."""
+    index_path = folder / "model.safetensors.index.json"
+    if index_path.is_file():
+        weight_map = json.loads(index_path.read_text()).get("weight_map", {})
+        files = [folder / name for name in sorted(set(weight_map.values()))]
+        missing = [path for path in files if not path.is_file()]
+        if missing:
+            raise FileNotFoundError(f"{missing[0]}: no such file (listed in {index_path.name})")
+        return files
     files = sorted(folder.glob("*.safetensors"))
     if not files:
         raise FileNotFoundError(f"{folder}: no *.safetensors files")
-    tensors: dict[str, torch.Tensor] = {}
-    for path in files:
-        tensors.update(load_file(str(path), device="cpu"))
-    return Transformer(config, _weights_from_tensors(config, tensors))
+    return files
 
 
 def save_hf_folder(model: Transformer, folder: str | Path, *, architecture: str = "LlamaForCausalLM") -> None:
@@ -63,7 +98,7 @@ def save_hf_folder(model: Transformer, folder: str | Path, *, architecture: str 
     (folder / "config.json").write_text(
         json.dumps(config_to_hf(model.config, architecture=architecture), indent=2)
     )
-    save_file(_tensors_from_weights(model), str(folder / "model.safetensors"))
+    save_file(tensors_of(model), str(folder / "model.safetensors"))
 
 
 def _weights_from_tensors(config: TransformerConfig, tensors: dict[str, torch.Tensor]) -> ModelWeights:
@@ -93,7 +128,8 @@ def _weights_from_tensors(config: TransformerConfig, tensors: dict[str, torch.Te
     return ModelWeights(embed=embed, layers=tuple(layers), final_norm=final_norm, lm_head=lm_head)
 
 
-def _tensors_from_weights(model: Transformer) -> dict[str, torch.Tensor]:
+def tensors_of(model: Transformer) -> dict[str, torch.Tensor]:
+    """The model's weights under their Hugging Face names, as contiguous CPU tensors (safetensors-ready)."""
     weights = model.weights
     tensors = {"model.embed_tokens.weight": weights.embed, "model.norm.weight": weights.final_norm}
     if not model.config.tie_word_embeddings:
