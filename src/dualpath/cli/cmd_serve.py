@@ -9,6 +9,7 @@ from pathlib import Path
 
 from dualpath.cli.main import UserError
 from dualpath.policy.read_path import READ_PATH_POLICIES
+from dualpath.runtime.limits import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_WAITING, ServeLimits
 
 MODES = ("basic", "layerwise", "dualpath-rr", "dualpath", "oracle")
 
@@ -68,6 +69,28 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "a second signal stops at once",
     )
     parser.add_argument(
+        "--request-timeout",
+        type=_seconds,
+        default=None,
+        metavar="S",
+        help="end a request still unfinished S seconds after it arrived with an error (504) and cancel it "
+        "(default: no deadline)",
+    )
+    parser.add_argument(
+        "--max-body-bytes",
+        type=int,
+        default=DEFAULT_MAX_BODY_BYTES,
+        metavar="N",
+        help=f"refuse larger request bodies with 413 (default {DEFAULT_MAX_BODY_BYTES})",
+    )
+    parser.add_argument(
+        "--max-waiting",
+        type=int,
+        default=DEFAULT_MAX_WAITING,
+        metavar="N",
+        help=f"answer 429 (Retry-After) while N requests wait for placement (default {DEFAULT_MAX_WAITING})",
+    )
+    parser.add_argument(
         "--event-log",
         type=Path,
         help="on exit, write the driver's config, input events, messages and decisions here (JSON, replayable)",
@@ -95,6 +118,14 @@ def run(args: argparse.Namespace) -> int:
         preflight(spec)
     except (ClusterConfigError, FileNotFoundError) as error:
         raise UserError(str(error)) from None
+    try:
+        limits = ServeLimits(
+            max_body_bytes=args.max_body_bytes,
+            max_waiting=args.max_waiting,
+            request_timeout_s=args.request_timeout or None,
+        )
+    except ValueError as error:
+        raise UserError(str(error)) from None
     if args.no_spawn and args.store is None:
         raise UserError(
             "--no-spawn needs --store DIR: the directory every node mounts as the shared KV store"
@@ -110,6 +141,7 @@ def run(args: argparse.Namespace) -> int:
         tcp_data_plane=args.tcp,
         event_log_path=args.event_log,
         shutdown_grace_s=args.shutdown_grace,
+        limits=limits,
     )
 
 

@@ -308,6 +308,16 @@ class ClusterCore:
         self._landing_wait[de_node].append(request)
         return out + self._admit(de_node)
 
+    def on_hit_lost(self, request_id: int, usable_hit_tokens: int) -> None:
+        """A read found a block of the request's hit corrupt or missing (DESIGN §4 "faults"): its prefix
+        from `usable_hit_tokens` on is recomputed (the PE's first chunk starts there) and the prompt's
+        persist starts there too, so the lost blocks are written again. The runtime calls this after
+        `on_read_done`'s read reported it, before the request's KV goes to decode; the simulated store
+        loses nothing."""
+        request = self._active[request_id]
+        block = self.config.scheduler.block_tokens
+        request.persisted_tokens = min(request.persisted_tokens, usable_hit_tokens // block * block)
+
     def _make_ready(self, request: Request) -> list[Command]:
         assert request.pe_engine is not None
         request.phase = Phase.READY

@@ -295,6 +295,8 @@ class _Stream:
                 chunk = self.chunk(common, step)
                 if chunk is not None:
                     yield responses.sse(chunk)
+        except ProtocolError as error:  # after the stream started (a deadline passed): said in the stream
+            yield responses.sse(error_body(error.status, error.message, param=error.param))
         except Exception:
             log.exception("stream of %s failed", self.request.request_id)
             yield responses.sse(error_body(500, "generation failed (logged by the server)"))

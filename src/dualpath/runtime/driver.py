@@ -217,6 +217,7 @@ class RuntimeDriver:
         if usable < planned:  # a corrupt/missing block ends the usable hit in this side's range
             start = 0 if node == self._pe_node(request) else request.pe_read_tokens
             live.usable_hit_tokens = min(live.usable_hit_tokens, start + usable)
+            self.core.on_hit_lost(rid, live.usable_hit_tokens)  # recomputed, then persisted again
         live.times["read_end"] = now_s
         return self._do(self.core.on_read_done(node, rid, now_s), now_s)
 
@@ -438,6 +439,11 @@ class RuntimeDriver:
     @property
     def active_requests(self) -> int:
         return len(self._live)
+
+    def usable_hit_tokens(self, rid: int) -> int | None:
+        """The request's hit prefix that its reads brought intact (None once it is done)."""
+        live = self._live.get(rid)
+        return None if live is None else live.usable_hit_tokens
 
     def phase(self, rid: int) -> Phase | None:
         live = self._live.get(rid)

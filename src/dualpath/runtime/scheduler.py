@@ -26,10 +26,12 @@ import zmq
 import zmq.asyncio
 
 from dualpath.kvcache import FileStore, block_keys
+from dualpath.protocol.errors import ProtocolError
 from dualpath.runtime.api import CompletionRequest, TokenChunk
-from dualpath.runtime.cluster import RuntimeClusterSpec
+from dualpath.runtime.cluster import ClusterConfigError, RuntimeClusterSpec
 from dualpath.runtime.control import Message, decode, encode
 from dualpath.runtime.driver import CLIENT, DriverConfig, RuntimeDriver
+from dualpath.runtime.limits import RequestLimits, ServeLimits
 from dualpath.runtime.model.tokenizer import ByteTokenizer
 from dualpath.runtime.prom import ServeMetrics
 
@@ -42,6 +44,11 @@ _DRIVER_EVENTS = (
     "decode_done",
     "released",
 )
+# A cluster that cannot hold one request of this size (prompt tokens, max_tokens: the API's default) is
+# refused at start. Chosen: a few blocks of prompt, as the smallest useful agent round.
+SMALLEST_SERVED_REQUEST = (256, 16)
+_DRAM_COPIES = 2  # a read's staging region beside the request's region (see `admission_error`)
+_DRAM_ALIGN_SLACK_BYTES = 2 * 64 * 128  # two regions of ≤128 layers aligned to 64 bytes (`dram.py`)
 _WATCH_INTERVAL_S = 0.25  # how soon a dead node or a stopped control loop stops `serve`
 _FETCH_TICK_S = (
     0.02  # periodic fetch when nothing else woke the loop (paper §6.1: leaders fetch periodically)
@@ -76,8 +83,10 @@ class ClusterScheduler:
         mode: str | None = None,
         clock: Callable[[], float] = time.monotonic,
         event_log_path: Path | None = None,
+        limits: ServeLimits | None = None,
     ) -> None:
         self.spec = spec
+        self.limits = limits or ServeLimits()
         self.mode = mode or spec.mode
         self.expected = spec.node_ids()
         self.nodes: dict[str, NodeSlot] = {}
@@ -102,6 +111,9 @@ class ClusterScheduler:
         self.model_info = {
             k: info[k] for k in ("model", "vocab_size", "max_context_tokens", "kv_bytes_per_token")
         }
+        refusal = self.admission_error(*SMALLEST_SERVED_REQUEST)
+        if refusal is not None:  # stops `serve` (the control loop ends) with the reason
+            raise ClusterConfigError(f"the cluster cannot serve even a default request: {refusal}")
         self.driver = RuntimeDriver(self.driver_config())
         start = {"type": "start", "mode": self.mode}
         return [(name, start) for name in self.nodes]
@@ -141,6 +153,48 @@ class ClusterScheduler:
         self.live[rid] = live
         return live, self._route(now, out) + self.maybe_fetch()
 
+    def admission_error(self, prompt_tokens: int, max_tokens: int) -> str | None:
+        """Why a request could never be served here, or None. Its KV must fit one DE's HBM (prompt and
+        output tokens, the DE's paged cache) and, twice, a node's DRAM buffer (a read's staging region
+        beside the request's layer-major region, `pe_executor` / `de_executor`). The core admits a
+        request larger than a pool alone (`CapacityPool`); the nodes' allocators would wait forever."""
+        hbm_tokens = self.spec.hbm_tokens
+        if prompt_tokens + max_tokens > hbm_tokens:
+            return (
+                f"prompt ({prompt_tokens} tokens) + max_tokens ({max_tokens}) exceeds a decode engine's KV "
+                f"capacity of {hbm_tokens} tokens (hbm_tokens)"
+            )
+        per_token = float(self.model_info.get("kv_bytes_per_token", 0.0))
+        need = _DRAM_COPIES * prompt_tokens * per_token + _DRAM_ALIGN_SLACK_BYTES
+        if per_token and need > self.spec.dram_buffer_bytes:
+            return (
+                f"the prompt's KV ({prompt_tokens} tokens x {per_token:.0f} B, held twice while it is read) "
+                f"does not fit a node's DRAM buffer of {self.spec.dram_buffer_bytes} bytes (dram_buffer_bytes)"
+            )
+        return None
+
+    def queue_full(self) -> bool:
+        """As many requests wait for placement as the limit allows (the API answers 429)."""
+        return self.driver is not None and self.driver.core.scheduler.waiting >= self.limits.max_waiting
+
+    def _on_read_done(self, now: float, message: Message) -> list[tuple[str, Message]]:
+        """A read's report; when it found blocks of the hit corrupt or missing, they leave this index at
+        once (the next request's hit stops before them) and are counted. The request recomputes them and
+        its persist writes them again (`ClusterCore.on_hit_lost`)."""
+        assert self.driver is not None
+        rid = int(message["rid"])
+        before = self.driver.usable_hit_tokens(rid)
+        out = self._route(now, self.driver.handle(message, now))
+        after = self.driver.usable_hit_tokens(rid)
+        live = self.live.get(rid)
+        if before is not None and after is not None and after < before and live is not None:
+            bt = self.spec.block_tokens
+            lost = block_keys(list(live.api.prompt_token_ids[:before]), bt)[after // bt :]
+            for key in lost:
+                self.store.forget(key)
+            self.metrics.observe_lost_blocks(len(lost))
+        return out
+
     def maybe_fetch(self) -> list[tuple[str, Message]]:
         """The coalesced group fetch, when the driver says one is due."""
         if self.driver is None or not self.is_ready() or not self.driver.wants_fetch:
@@ -167,6 +221,8 @@ class ClusterScheduler:
             if self.driver is None:
                 return []
             now = self.clock()
+            if kind == "read_done":
+                return self._on_read_done(now, message)
             return self._route(now, self.driver.handle(message, now))
         if kind == "hello":
             return self._on_hello(name, message)
@@ -319,7 +375,7 @@ class SchedulerBackend:
         try:
             await self.send(out)
             while True:
-                chunk = await live.chunks.get()
+                chunk = await self._next_chunk(live, request)
                 if chunk.finish_reason is not None:
                     self.rids.pop(request.request_id, None)
                 yield chunk
@@ -327,6 +383,19 @@ class SchedulerBackend:
                     return
         finally:
             self.cancel(request.request_id)  # no-op once finished
+
+    async def _next_chunk(self, live: LiveRequest, request: CompletionRequest) -> TokenChunk:
+        """The next chunk, or a 504 once the request's deadline (`--request-timeout`) passed; leaving
+        `generate` then cancels the request in the cluster."""
+        timeout_s = self.scheduler.limits.request_timeout_s
+        if timeout_s is None:
+            return await live.chunks.get()
+        left_s = request.arrival_s + timeout_s - time.time()
+        try:
+            return await asyncio.wait_for(live.chunks.get(), max(0.0, left_s))
+        except TimeoutError:
+            why = f"the request did not finish within {timeout_s:g} s (--request-timeout); it was cancelled"
+            raise ProtocolError(504, why) from None
 
 
 async def send_all(router: zmq.asyncio.Socket, out: list[tuple[str, Message]]) -> None:
@@ -400,7 +469,9 @@ async def serve_scheduler(
     router.bind(control_address)
     if on_bound is not None:
         on_bound(str(router.getsockopt_string(zmq.LAST_ENDPOINT)))
-    app = build_app(SchedulerBackend(scheduler, router))
+    app = RequestLimits(
+        build_app(SchedulerBackend(scheduler, router)), scheduler.limits, scheduler.queue_full
+    )
     server = _graceful_server(
         uvicorn.Config(
             app,

@@ -24,7 +24,8 @@ from pathlib import Path
 
 from dualpath.runtime.cluster import ClusterConfigError, RuntimeClusterSpec, dump_cluster
 from dualpath.runtime.launcher import stop_processes, unlink_shared_memory
-from dualpath.runtime.scheduler import ClusterScheduler, serve_scheduler
+from dualpath.runtime.limits import ServeLimits
+from dualpath.runtime.scheduler import SMALLEST_SERVED_REQUEST, ClusterScheduler, serve_scheduler
 
 SHUTDOWN_GRACE_S = 10.0  # `--shutdown-grace`: how long SIGTERM waits for requests in flight and nodes
 _NODE_STOP_MIN_S = 1.0  # nodes always get this long to drain and unlink shared memory before SIGKILL
@@ -55,13 +56,20 @@ def node_command(
 
 
 def preflight(spec: RuntimeClusterSpec) -> None:
-    """What can be checked before any node starts (a node's own failure stops `serve` too, later):
-    the model is a model preset or a folder. Raises ClusterConfigError."""
+    """What can be checked before any node starts (a node's own failure stops `serve` too, later): the
+    model is a model preset or a folder; a default request fits a DE's HBM (the DRAM buffer is checked
+    once the nodes tell the KV size, `ClusterScheduler.admission_error`). Raises ClusterConfigError."""
     from dualpath.config.loader import MODEL, preset_names
 
     if not Path(spec.model).is_dir() and spec.model not in preset_names(MODEL):
         raise ClusterConfigError(
             f"model {spec.model!r} is neither a model folder nor a preset ({', '.join(preset_names(MODEL))})"
+        )
+    prompt_tokens, max_tokens = SMALLEST_SERVED_REQUEST
+    if prompt_tokens + max_tokens > spec.hbm_tokens:
+        raise ClusterConfigError(
+            f"hbm_tokens = {spec.hbm_tokens} cannot hold even a {prompt_tokens}-token prompt and "
+            f"{max_tokens} output tokens; give a decode engine at least {prompt_tokens + max_tokens}"
         )
 
 
@@ -77,6 +85,7 @@ def serve(
     tcp_data_plane: bool = False,
     event_log_path: Path | None = None,
     shutdown_grace_s: float = SHUTDOWN_GRACE_S,
+    limits: ServeLimits | None = None,
 ) -> int:
     """Run until SIGINT/SIGTERM (exit status 0) or until a node process or the control loop fails (1).
     `config` names the cluster for the log; nodes get the resolved spec."""
@@ -88,7 +97,7 @@ def serve(
         run_dir = Path(stack.enter_context(_run_dir("run")))
         config = str(run_dir / "cluster.toml")  # the resolved spec: nodes see every override
         Path(config).write_text(dump_cluster(spec))
-        scheduler = ClusterScheduler(spec, store_dir, event_log_path=event_log_path)
+        scheduler = ClusterScheduler(spec, store_dir, event_log_path=event_log_path, limits=limits)
         children: list[subprocess.Popen[bytes]] = []
 
         def start_nodes(address: str) -> None:
