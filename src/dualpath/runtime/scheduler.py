@@ -326,14 +326,11 @@ class SchedulerBackend:
         return list(self.scheduler.tokenizer.encode(text, add_bos=add_special_tokens))
 
     def chat_token_ids(self, messages: list[dict[str, str]], *, add_generation_prompt: bool = True) -> list[int]:
-        """The served model's chat template, then its tokenizer (no second BOS when the template has one)."""
-        tokenizer = self.scheduler.tokenizer
+        """The served model's chat template, then its tokenizer (one BOS whether or not the template has one)."""
         try:
-            text = tokenizer.apply_chat_template(messages, add_generation_prompt=add_generation_prompt)
+            return list(self.scheduler.tokenizer.encode_chat(messages, add_generation_prompt=add_generation_prompt))
         except Exception as error:  # a template's raise_exception (roles out of order, ...) or a broken one
             raise ValueError(f"the chat template refused them: {error}") from None
-        bos = getattr(tokenizer, "bos_token", None)
-        return list(tokenizer.encode(text, add_bos=not (bos and text.startswith(bos))))
 
     def admission_error(self, prompt_tokens: int, max_tokens: int) -> str | None:
         check = getattr(self.scheduler, "admission_error", None)
@@ -378,6 +375,10 @@ class SchedulerBackend:
                 chunk = await self._next_chunk(live, request)
                 if chunk.finish_reason is not None:
                     self.rids.pop(request.request_id, None)
+                if chunk.finish_reason == "abort" and "cached_tokens" not in chunk.info:
+                    # cancelled (a stop string matched): the store hit planned at submission
+                    info = {**chunk.info, "cached_tokens": live.hit_tokens}
+                    chunk = TokenChunk(token_ids=chunk.token_ids, finish_reason=chunk.finish_reason, info=info)
                 yield chunk
                 if chunk.finish_reason is not None:
                     return
