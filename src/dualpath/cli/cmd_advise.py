@@ -1,0 +1,116 @@
+"""`dualpath advise`: the smallest P×D that meets a TTFT/TPOT SLO at a load, in dualpath and basic mode."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from dualpath.cli.main import UserError
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    p: argparse.ArgumentParser = subparsers.add_parser(
+        "advise",
+        help="smallest cluster (P x D) meeting a latency SLO at a target load, dualpath vs basic",
+        description="Search (not a grid) for the fewest nodes, then the P/D split, whose simulation meets "
+        "the SLO, per mode: splits inside the planner's bottleneck-free P/D range, node counts doubled "
+        "then bisected. Prints the recommendation, DualPath's node saving, the binding link and the "
+        "evidence runs (cached in DIR/runs). docs/capacity.md.",
+    )
+    p.add_argument("--hardware", default="hopper-8x400g", help="hardware preset or TOML file")
+    p.add_argument("--model", default="deepseek-v3.2", help="model preset or TOML file")
+    workload = p.add_mutually_exclusive_group()
+    workload.add_argument("--dataset", default=None, help="32k | 48k | 64k | FILE (default 64k)")
+    workload.add_argument("--trace", type=Path, default=None, help="a trace file (Mooncake JSONL format)")
+    load = p.add_mutually_exclusive_group(required=True)
+    load.add_argument("--aps", type=float, help="online: Poisson agent arrivals per second")
+    load.add_argument("--agents", type=int, help="offline: this many agents at once")
+    p.add_argument("--duration", default="1800s", help="online run length (default 1800s)")
+    p.add_argument("--ttft-p90", required=True, help="SLO: TTFT p90 target, e.g. 4s")
+    p.add_argument("--tpot", "--tpot-p90", dest="tpot", default=None, help="SLO: TPOT p90 target, e.g. 50ms")
+    p.add_argument("--modes", default="dualpath,basic", help="modes to size (default dualpath,basic)")
+    p.add_argument("--max-nodes", type=int, default=64, help="give up above this many nodes (default 64)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a field")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--workers", type=int, default=None, help="parallel simulations (default: cores)")
+    p.add_argument("--ray", metavar="auto|ADDRESS", default=None, help="run simulations as Ray tasks")
+    p.add_argument("--no-links", action="store_true", help="skip the link-recording run of each answer")
+    p.add_argument("-o", "--out", type=Path, default=Path("out/advise"), help="run cache and link records")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=run)
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    from dualpath.experiments.advise import Problem, Slo, advise, render
+    from dualpath.experiments.runner import default_workers
+
+    problem = _problem(args, Problem, Slo)
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    _check_modes(modes)
+    started = time.perf_counter()
+
+    def log(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    try:
+        result = advise(problem, modes, args.out, workers=args.workers or default_workers(),
+                        ray_address=args.ray, log=log, links=not args.no_links)  # fmt: skip
+    except RuntimeError as error:  # --ray without ray installed
+        raise UserError(str(error)) from None
+    result["wall_s"] = round(time.perf_counter() - started, 1)
+    if args.json:
+        print(json.dumps(result, indent=1, default=str))
+    else:
+        print(render(result) + f" in {result['wall_s']:.0f} s (cache: {args.out / 'runs'})")
+    return 0 if all(result[m]["meets_slo"] for m in modes) else 1
+
+
+def _problem(args: argparse.Namespace, problem: Any, slo: Any) -> Any:
+    from dualpath.config.coerce import ConfigError
+    from dualpath.config.loader import load_cluster
+    from dualpath.experiments.runspec import RunSpec
+    from dualpath.plan.bounds import pd_range
+    from dualpath.units import UnitError, parse_duration
+
+    try:
+        duration_s = parse_duration(args.duration)
+        ttft = parse_duration(args.ttft_p90)
+        tpot = parse_duration(args.tpot) if args.tpot else None
+        cluster_sets = [s for s in args.set if not s.startswith("workload.")]
+        cluster = load_cluster(hardware=args.hardware, model=args.model, num_prefill_nodes=1,
+                               num_decode_nodes=1, overrides=cluster_sets)  # fmt: skip
+    except (ConfigError, UnitError, ValueError) as error:
+        raise UserError(str(error)) from None
+    if args.aps is not None and args.aps <= 0 or args.agents is not None and args.agents < 1:
+        raise UserError("--aps must be > 0 and --agents >= 1")
+    if ttft <= 0 or (tpot is not None and tpot <= 0) or duration_s <= 0:
+        raise UserError("--ttft-p90, --tpot and --duration must be > 0")
+    if args.trace is not None and not args.trace.is_file():
+        raise UserError(f"--trace {args.trace}: no such file")
+    dataset = str(args.trace.resolve()) if args.trace else args.dataset or "64k"
+    online = args.aps is not None
+    template = RunSpec(
+        model=args.model, hardware=args.hardware, p=1, d=1, mode="dualpath", dataset=dataset,
+        agents=max(1, round(args.aps * duration_s)) if online else args.agents,
+        aps=args.aps, duration_s=duration_s if online else None, overrides=tuple(args.set), seed=args.seed,
+        # A run clearly past the TTFT target stops early and counts as a miss (experiments/advise.py).
+        early_stop_ttft_s=ttft if online else None,
+    )  # fmt: skip
+    rng = pd_range(cluster.hardware)
+    if rng.is_empty:
+        raise UserError(f"the planner's bottleneck-free P/D range is empty on {args.hardware}")
+    return problem(template=template, slo=slo(ttft_p90_s=ttft, tpot_p90_s=tpot), pd_range=rng,
+                   gpus_per_node=cluster.hardware.gpus_per_node, max_nodes=args.max_nodes)  # fmt: skip
+
+
+def _check_modes(modes: list[str]) -> None:
+    from dualpath.engine.modes import MODES
+
+    bad = [m for m in modes if m not in MODES]
+    if bad or not modes:
+        raise UserError(f"unknown --modes {', '.join(bad) or '(none)'}; choose from {', '.join(MODES)}")
