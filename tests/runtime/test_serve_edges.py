@@ -3,6 +3,7 @@ folders left by a killed `serve` (issue 20, rows 9, 10, 13)."""
 
 from __future__ import annotations
 
+import argparse
 import os
 import signal
 import subprocess
@@ -23,6 +24,18 @@ def _serve(*args: str, port: int | None = None) -> subprocess.Popen[str]:
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
 
 
+def test_a_node_that_cannot_start_says_why_in_one_line_and_exits_2(tmp_path, capsys):
+    from dualpath.runtime.node_main import add_node_arguments, run_reporting_start_errors
+
+    parser = argparse.ArgumentParser()
+    add_node_arguments(parser)
+    args = parser.parse_args(["--role", "decode", "--scheduler", "tcp://127.0.0.1:1", "--store",
+                              str(tmp_path), "--config", str(tmp_path / "missing.toml")])  # fmt: skip
+    assert run_reporting_start_errors(args) == 2
+    assert capsys.readouterr().err.startswith("dualpath node decode: cannot start: no cluster file")
+
+
+@pytest.mark.slow  # ~20 s: starts a cluster
 def test_a_node_that_cannot_start_stops_serve_with_its_message_and_status_1():
     process = _serve("--set", "device=cuda:99")  # passes the name check; no node can build there
     try:
@@ -66,12 +79,13 @@ def _time_to_exit_after_sigterm(grace_s: float, signals: int) -> tuple[float, in
         process.wait()
 
 
+@pytest.mark.slow  # ~30 s: starts a cluster
 def test_sigterm_waits_at_most_the_grace_period_for_a_long_stream():
     elapsed_s, status = _time_to_exit_after_sigterm(2.0, signals=1)
     assert status == 0 and elapsed_s < 2.0 + 5.0  # node stop and interpreter exit on a busy 2-core host
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # ~20 s: starts a cluster
 def test_a_second_sigterm_stops_at_once():
     elapsed_s, status = _time_to_exit_after_sigterm(60.0, signals=2)
     assert status == 0 and elapsed_s < 10.0

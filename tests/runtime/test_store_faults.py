@@ -54,3 +54,43 @@ def test_a_full_disk_fails_writes_once_logged_counted_and_writes_resume(tmp_path
     metrics = ServeMetrics()
     metrics.observe_node("d0", {"store_write_errors": float(writer.failures.total)})
     assert 'dualpath_store_write_errors_total{node="d0"} 4.0' in metrics.text().decode()
+
+
+def _metric(url: str, name: str) -> float:
+    import httpx
+
+    return sum(
+        float(line.split()[-1])
+        for line in httpx.get(f"{url}/metrics").text.splitlines()
+        if line.startswith(name) and not line.startswith("#")
+    )
+
+
+@pytest.mark.slow  # ~45 s: starts a cluster
+def test_broken_blocks_are_recomputed_counted_and_written_again_on_the_same_server(tmp_path, reference):
+    """Issue 20 row 6: blocks deleted or corrupted under a running server; the same prompt again gives the
+    same tokens, the lost blocks are counted and their files come back, and the next replay hits them."""
+    from runtime_helpers import complete, make_cluster
+
+    store_dir = tmp_path / "store"
+    prompt = [(5 * k) % 250 for k in range(16 * 8 + 5)]  # 8 whole blocks
+    keys = block_keys(prompt, 16)
+    with make_cluster(store_dir, extra=("--read-path", "de-read")) as server:
+        first = complete(server.url, prompt, 4)
+        assert complete(server.url, prompt, 4)["dualpath"]["effective_hit_tokens"] == 128  # indexed now
+        store = FileStore(store_dir, 2**40)
+        assert all(store.contains(k) for k in keys)
+        for key in keys[1:8:2]:  # four gone, four damaged
+            store.path_of(key).unlink()
+        for key in keys[2:8:2]:
+            data = bytearray(store.path_of(key).read_bytes())
+            data[-1] ^= 0xFF
+            store.path_of(key).write_bytes(bytes(data))
+        again = complete(server.url, prompt, 4)
+        assert again["choices"][0]["token_ids"] == first["choices"][0]["token_ids"]
+        assert again["dualpath"]["effective_hit_tokens"] == 16 < again["dualpath"]["hit_tokens"]
+        assert _metric(server.url, "dualpath_lost_blocks_recomputed_total") == 7
+        assert all(FileStore(store_dir, 2**40).contains(k) for k in keys)  # written again
+        third = complete(server.url, prompt, 4)
+        assert third["choices"][0]["token_ids"] == first["choices"][0]["token_ids"]
+        assert third["dualpath"]["effective_hit_tokens"] == third["dualpath"]["hit_tokens"] == 128
