@@ -15,7 +15,7 @@ READ_PATHS = ("pe", "de")
 
 @dataclass(frozen=True, kw_only=True)
 class ConnectorConfig:
-    store_dir: str  # the FileStore directory (a shared filesystem mount across hosts)
+    store_dir: str = ""  # required: the FileStore directory (a shared filesystem mount across hosts)
     store_capacity_bytes: int = 64 * 2**30
     # Full Block = this many vLLM blocks (paper §4.1: a Full Block is the unit of storage).
     full_block_vllm_blocks: int = 1
@@ -52,9 +52,9 @@ class ConnectorConfig:
         unknown = sorted(set(extra) - set(known))
         if unknown:
             raise ValueError(f"unknown kv_connector_extra_config keys {unknown}; known: {sorted(known)}")
-        values: dict[str, Any] = {}
+        values: dict[str, Any] = {"store_dir": ""}
         for name, value in extra.items():
-            kind = type(getattr(cls, name, "")) if name != "store_dir" else str
+            kind = type(known[name].default)
             values[name] = _coerce(name, value, kind)
         return cls(**values)
 
