@@ -7,7 +7,8 @@ EOS at `eos_after` generated tokens (unless ignore_eos), cancellation, and an op
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 
 from dualpath.runtime.api import CompletionRequest, TokenChunk
 
@@ -57,7 +58,18 @@ class ApiStub:
         return b"# stub\n"
 
     async def generate(self, request: CompletionRequest) -> AsyncIterator[TokenChunk]:
+        """Like SchedulerBackend.generate: closed before its last chunk (a client gone), it cancels."""
         self.requests.append(request)
+        finished = False
+        try:
+            async for chunk in self._chunks(request):
+                finished = chunk.finish_reason is not None
+                yield chunk
+        finally:
+            if not finished and request.request_id not in self.cancelled:
+                self.cancel(request.request_id)
+
+    async def _chunks(self, request: CompletionRequest) -> AsyncIterator[TokenChunk]:
         token = request.prompt_token_ids[-1]
         info = {"read_side": "none", "cached_tokens": len(request.prompt_token_ids) // 2}
         stops = set(request.sampling.stop_token_ids)
@@ -74,3 +86,34 @@ class ApiStub:
                 return
         reason = "abort" if request.request_id in self.cancelled else "length"
         yield TokenChunk(token_ids=(), finish_reason=reason, info=info)
+
+
+@contextmanager
+def serve_in_thread(app) -> Iterator[tuple[str, set[int]]]:
+    """`app` under a real uvicorn on a free port in a thread: (url, the client ports it saw)."""
+    import socket
+    import threading
+    import time
+
+    import uvicorn
+
+    client_ports: set[int] = set()
+
+    async def recording(scope, receive, send):
+        if scope["type"] == "http":
+            client_ports.add(scope["client"][1])
+        await app(scope, receive, send)
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(recording, log_level="critical", lifespan="off"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        while not server.started:
+            time.sleep(0.02)
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}", client_ports
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+        sock.close()

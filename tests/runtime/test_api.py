@@ -1,10 +1,11 @@
 """The HTTP API over a stub backend: every endpoint's answers, refusals that name the field, streaming."""
 
 import json
+import time
 
 import httpx
 import pytest
-from api_stub import BOS, ApiStub
+from api_stub import BOS, ApiStub, serve_in_thread
 from fastapi.testclient import TestClient
 
 from dualpath.runtime.api import build_app
@@ -243,11 +244,6 @@ def test_a_body_that_is_not_json_is_a_4xx_not_a_500(client):
 def test_errors_keep_the_keep_alive_connection_usable():
     """Issue 20 rows 1-2: a lone surrogate (400), a backend bug (500), then good requests, all on one
     connection: the server saw a single client port, so no error dropped the connection."""
-    import socket
-    import threading
-    import time
-
-    import uvicorn
 
     class BrokenStub(ApiStub):  # a backend bug: the last-resort guard answers 500 and keeps the connection
         def tokenize(self, text: str, *, add_special_tokens: bool = True) -> list[int]:
@@ -255,23 +251,8 @@ def test_errors_keep_the_keep_alive_connection_usable():
                 raise RuntimeError("backend bug")
             return super().tokenize(text, add_special_tokens=add_special_tokens)
 
-    app = build_app(BrokenStub())
-    client_ports: set[int] = set()
-
-    async def recording(scope, receive, send):
-        if scope["type"] == "http":
-            client_ports.add(scope["client"][1])
-        await app(scope, receive, send)
-
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(recording, log_level="critical", lifespan="off"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    try:
-        while not server.started:
-            time.sleep(0.05)
-        with httpx.Client(base_url=f"http://127.0.0.1:{sock.getsockname()[1]}", timeout=10) as http:
+    with serve_in_thread(build_app(BrokenStub())) as (url, client_ports):
+        with httpx.Client(base_url=url, timeout=10) as http:
             for _ in range(3):
                 assert http.post("/v1/completions", content=b'{"prompt": "a\\ud800b"}').status_code == 400
                 assert http.post("/v1/completions", content=b"{oops").status_code == 400
@@ -280,9 +261,26 @@ def test_errors_keep_the_keep_alive_connection_usable():
                 assert good.status_code == 200
             assert http.post("/v1/chat/completions", json={"messages": USER}).status_code == 200
         assert len(client_ports) == 1
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_a_client_that_leaves_mid_request_cancels_it(stream):
+    """Issue 20 row 3: the backend hears `cancel` for a request whose client disconnected."""
+    stub = ApiStub(max_context_tokens=4096, step_s=0.02)
+    body = {"prompt": [1], "max_tokens": 2000, "stream": stream}
+    with serve_in_thread(build_app(stub)) as (url, _):
+        with httpx.Client(base_url=url, timeout=10) as http:
+            if stream:
+                with http.stream("POST", "/v1/completions", json=body) as response:
+                    lines = response.iter_lines()
+                    assert next(lines).startswith("data: ")
+            else:
+                with pytest.raises(httpx.ReadTimeout):
+                    http.post("/v1/completions", json=body, timeout=0.3)
+        deadline = time.monotonic() + 5
+        while not stub.cancelled and time.monotonic() < deadline:
+            time.sleep(0.05)
+    assert stub.cancelled == [stub.requests[0].request_id]
 
 
 def test_health_and_metrics(client):

@@ -16,12 +16,14 @@ A.3); `dualpath` (path taken, hit tokens, times) on the last chunk and in whole 
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from importlib import metadata
-from typing import Any
+from typing import Any, TypeVar
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -47,6 +49,8 @@ __all__ = ["CompletionBackend", "CompletionRequest", "TokenChunk", "build_app"]
 log = logging.getLogger(__name__)
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
 _SEED_MODULUS = 2**63  # int64 seeds map onto [0, 2^63) for the nodes' generators
+_DISCONNECT_POLL_S = 0.5  # how often a whole (non-streamed) answer checks that its client is still there
+_T = TypeVar("_T")
 
 
 def _error(status: int, message: str, param: str | None = None) -> JSONResponse:
@@ -196,26 +200,28 @@ class _Api:
         )
 
     # ---- endpoints -------------------------------------------------------------------------------------
-    async def completions(self, body: CompletionBody) -> Response:
+    async def completions(self, body: CompletionBody, raw: Request) -> Response:
         self.check_ready_and_model(body.model)
         prompt = body.single_prompt()
         ids = self.tokenize(prompt, "prompt") if isinstance(prompt, str) else list(prompt)
         request = self.request(body, ids, "cmpl", COMPLETIONS_DEFAULT_MAX_TOKENS)
-        return await self._answer(body, request, chat=False)
+        return await self._answer(body, request, raw, chat=False)
 
-    async def chat(self, body: ChatCompletionBody) -> Response:
+    async def chat(self, body: ChatCompletionBody, raw: Request) -> Response:
         self.check_ready_and_model(body.model)
         body.check_supported()
         ids = self.chat_ids(body.template_messages(), add_generation_prompt=body.add_generation_prompt)
         request = self.request(body, ids, "chatcmpl", None)
-        return await self._answer(body, request, chat=True)
+        return await self._answer(body, request, raw, chat=True)
 
-    async def _answer(self, body: SamplingBody, request: CompletionRequest, *, chat: bool) -> Response:
+    async def _answer(
+        self, body: SamplingBody, request: CompletionRequest, raw: Request, *, chat: bool
+    ) -> Response:
         stream = _Stream(self.backend.model_name, request, body, chat=chat)
         steps = generation_steps(self.backend, request, body.stop_strings())
         if body.stream:
             return _ClosingStreamingResponse(stream.events(steps), media_type="text/event-stream")
-        return JSONResponse(await stream.whole(steps))
+        return JSONResponse(await _unless_disconnected(raw, stream.whole(steps)))
 
     def models(self) -> dict[str, Any]:
         return responses.model_list(
@@ -328,6 +334,22 @@ class _Stream:
         return chunk
 
 
+async def _unless_disconnected(raw: Request, work: Coroutine[Any, Any, _T]) -> _T:
+    """`work`'s result; a client that leaves first cancels it (and so the request in the cluster)."""
+    task = asyncio.ensure_future(work)
+    try:
+        while not task.done():
+            await asyncio.wait({task}, timeout=_DISCONNECT_POLL_S)
+            if not task.done() and await raw.is_disconnected():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+                raise ProtocolError(499, "the client closed the connection")
+        return task.result()
+    finally:
+        task.cancel()
+
+
 def _version() -> str:
     try:
         return metadata.version("dualpath")
@@ -360,12 +382,12 @@ def build_app(backend: CompletionBackend) -> FastAPI:
         return api.models()
 
     @app.post("/v1/completions", response_model=None)
-    async def completions(body: CompletionBody) -> Response:
-        return await api.completions(body)
+    async def completions(body: CompletionBody, raw: Request) -> Response:
+        return await api.completions(body, raw)
 
     @app.post("/v1/chat/completions", response_model=None)
-    async def chat_completions(body: ChatCompletionBody) -> Response:
-        return await api.chat(body)
+    async def chat_completions(body: ChatCompletionBody, raw: Request) -> Response:
+        return await api.chat(body, raw)
 
     @app.post("/tokenize")
     async def tokenize(body: TokenizeBody) -> dict[str, Any]:
