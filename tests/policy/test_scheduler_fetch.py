@@ -36,3 +36,27 @@ def test_de_group_settles_until_freed_or_routed() -> None:
     s.submit(Request(request_id=1, trajectory_id=1, round_index=0, prompt_tokens=10, hit_tokens=0,
                      gen_tokens=1, arrival_s=0.0))  # fmt: skip
     assert s.has_de_work(1)  # the global queue has something to route
+
+
+def _de_load(engine: int, node: int, free: int) -> EngineLoad:
+    return EngineLoad(engine_id=engine, node_id=node, seq=0, tok=0, compute_tok=0, read_q_tokens=0,
+                      free_hbm_tokens=free)  # fmt: skip
+
+
+def test_round_robin_fetch_of_a_full_sole_de_group_ends_and_keeps_the_cycle() -> None:
+    """One DE group holds every DE of the cycle: a head no DE has room for ends the fetch after one
+    cycle of lost turns (the cycle never reaches another group), where the next fetch resumes it."""
+    s = RequestScheduler(pe_nodes={0: [0]}, de_nodes={1: [1, 2, 3]}, spec=SchedulerSpec(),
+                         read_path=make_read_path_policy("pe-read"), read_tokens_per_s={0: 1e6, 1: 1e6},
+                         alpha_tokens=1e6, beta_tokens=1e6, scheduling="round-robin")  # fmt: skip
+    for rid in range(3):
+        s.submit(Request(request_id=rid, trajectory_id=rid, round_index=0, prompt_tokens=90, hit_tokens=0,
+                         gen_tokens=10, arrival_s=0.0))  # fmt: skip
+    # Engine 1 fits one request, engine 2 none, engine 3 one: two placed, the third fits nowhere.
+    placed = s.fetch_de_group(1, [_de_load(1, 1, 150), _de_load(2, 1, 50), _de_load(3, 1, 100)])
+    assert [(r.request_id, e) for r, e in placed] == [(0, 1), (1, 3)]
+    assert s.global_queue_len == 1
+    assert s.fetch_de_group(1, [_de_load(1, 1, 50), _de_load(2, 1, 50), _de_load(3, 1, 0)]) == []
+    # The turn after engine 3's is engine 1's, whatever cycles of lost turns came between.
+    placed = s.fetch_de_group(1, [_de_load(1, 1, 100), _de_load(2, 1, 100), _de_load(3, 1, 100)])
+    assert [(r.request_id, e) for r, e in placed] == [(2, 1)]

@@ -202,11 +202,16 @@ class RequestScheduler:
         A group knows only its own engines' HBM, so it takes the turns of its engines and stops when
         the cycle reaches another group's engine (that group takes them at its fetch). An engine
         without room loses its turn, so a full DE never blocks the cycle.
+
+        A whole cycle of lost turns ends the fetch: free HBM does not change within it, so every
+        further cycle would lose the same turns (with one DE group the loop would never end), and the
+        cycle position is back where it started.
         """
         free = {x.engine_id: x.free_hbm_tokens for x in loads}
         engines = self._de_engines
         placed: list[tuple[Request, int]] = []
-        while self._global:
+        lost_turns = 0
+        while self._global and lost_turns < len(engines):
             engine = engines[self._rr_de % len(engines)]
             if engine not in free:
                 break  # another group's turn: it takes it at its own fetch
@@ -214,6 +219,9 @@ class RequestScheduler:
             if free[engine] >= self._global[0].total_tokens:  # no room: this engine loses its turn
                 free[engine] -= self._global[0].total_tokens
                 placed.append((self._global.popleft(), engine))
+                lost_turns = 0
+            else:
+                lost_turns += 1
         return placed
 
     # ---- PE fetch (§6.1, §6.3) ----------------------------------------------------------------
