@@ -37,10 +37,9 @@ from vllm.distributed.parallel_state import cleanup_dist_env_and_memory  # noqa:
 from vllm.inputs import TokensPrompt  # noqa: E402
 
 from dualpath.integrations.vllm.de_service import DeReadService, make_snic  # noqa: E402
+from dualpath.integrations.vllm.tiny_model import VOCAB, write_tiny_llama  # noqa: E402
 from dualpath.kvcache import FileStore, block_keys  # noqa: E402
 from dualpath.kvcache.file_store import data_offset_bytes  # noqa: E402
-
-from .model_folder import VOCAB, write_tiny_llama  # noqa: E402
 
 BLOCK_TOKENS = 32
 OUTPUT_TOKENS = 20

@@ -1,6 +1,5 @@
-"""A tiny random-weight Llama folder for vLLM tests, written by the test (never downloaded).
-
-vLLM's CPU attention needs head_dim in {32, 64, ...} and blocks of a multiple of 32 tokens."""
+"""A tiny random-weight Llama folder for the vLLM tests, benchmark and demo, written on the fly (never
+downloaded). vLLM's CPU attention needs head_dim in {32, 64, ...} and blocks of a multiple of 32 tokens."""
 
 from __future__ import annotations
 
