@@ -153,7 +153,7 @@ class CompletionBody(SamplingBody):
             raise ProtocolError(
                 400, f"prompt: one prompt per request is served, got {len(prompt)}", param="prompt"
             )
-        return prompt[0]  # type: ignore[return-value]
+        return prompt[0]
 
 
 class TextPart(Body):
