@@ -25,7 +25,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--model", default="deepseek-v3.2", help="model preset or TOML file")
     workload = p.add_mutually_exclusive_group()
     workload.add_argument("--dataset", default=None, help="32k | 48k | 64k | FILE (default 64k)")
-    workload.add_argument("--trace", type=Path, default=None, help="a trace file (Mooncake JSONL format)")
+    workload.add_argument(
+        "--trace",
+        type=Path,
+        default=None,
+        help="a trajectory file or a Mooncake trace (one agent per session)",
+    )
     load = p.add_mutually_exclusive_group(required=True)
     load.add_argument("--aps", type=float, help="online: Poisson agent arrivals per second")
     load.add_argument("--agents", type=int, help="offline: this many agents at once")
@@ -92,7 +97,7 @@ def _problem(args: argparse.Namespace, problem: Any, slo: Any) -> Any:
         raise UserError("--ttft-p90, --tpot and --duration must be > 0")
     if args.trace is not None and not args.trace.is_file():
         raise UserError(f"--trace {args.trace}: no such file")
-    dataset = str(args.trace.resolve()) if args.trace else args.dataset or "64k"
+    dataset = _trace(args.trace, args.out / "traces") if args.trace else args.dataset or "64k"
     online = args.aps is not None
     template = RunSpec(
         model=args.model, hardware=args.hardware, p=1, d=1, mode="dualpath", dataset=dataset,
@@ -106,6 +111,17 @@ def _problem(args: argparse.Namespace, problem: Any, slo: Any) -> Any:
         raise UserError(f"the planner's bottleneck-free P/D range is empty on {args.hardware}")
     return problem(template=template, slo=slo(ttft_p90_s=ttft, tpot_p90_s=tpot), pd_range=rng,
                    gpus_per_node=cluster.hardware.gpus_per_node, max_nodes=args.max_nodes)  # fmt: skip
+
+
+def _trace(path: Path, folder: Path) -> str:
+    """A trajectory file, or a Mooncake trace converted to one agent per session (experiments/traces.py)."""
+    from dualpath.experiments.traces import as_trajectory_file
+    from dualpath.workload.errors import TraceFormatError
+
+    try:
+        return str(as_trajectory_file(path, folder))
+    except TraceFormatError as error:
+        raise UserError(f"--trace {path}: {error}") from None
 
 
 def _check_modes(modes: list[str]) -> None:

@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     if args.workers is not None and args.workers < 1:
         raise UserError("--workers must be >= 1")
     try:
-        sweep = load_sweep(path, extra_sets=args.set)
+        sweep = load_sweep(path, extra_sets=args.set, trace_dir=(args.out or Path("out")) / "traces")
     except SweepError as error:
         raise UserError(str(error)) from None
     if args.list:

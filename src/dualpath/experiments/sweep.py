@@ -19,10 +19,11 @@
     [[runs]]                                  # optional: explicit points, each crossed with the grid
     layout = "2P4D"
 
-Run fields: hardware, model, p, d, layout ("2P4D"), dataset, trace (a trace file, relative to the spec
-file), agents, aps, duration_s, mode, read_path, seed, early_stop_ttft_s, set; and "set.<cluster or
-workload key>" for one override. Online runs (aps) need duration_s; their agent count defaults to
-aps × duration_s. Every run is a `RunSpec`, so results share `reproduce`'s per-run cache.
+Run fields: hardware, model, p, d, layout ("2P4D"), dataset, trace (a trajectory file or a Mooncake trace,
+relative to the spec file or the working folder; experiments/traces.py), agents, aps, duration_s, mode,
+read_path, seed, early_stop_ttft_s, set; and "set.<cluster or workload key>" for one override. Online
+runs (aps) need duration_s; their agent count defaults to aps × duration_s. Every run is a `RunSpec`, so
+results share `reproduce`'s per-run cache.
 """
 
 from __future__ import annotations
@@ -72,18 +73,26 @@ class Sweep:
         return [run.spec for run in self.runs]
 
 
-def load_sweep(path: Path, extra_sets: Sequence[str] = ()) -> Sweep:
-    """Read and expand a sweep spec file; `extra_sets` are `--set` overrides added to every run."""
+def load_sweep(path: Path, extra_sets: Sequence[str] = (), trace_dir: Path = Path("out/traces")) -> Sweep:
+    """Read and expand a sweep spec file; `extra_sets` are `--set` overrides added to every run; Mooncake
+    traces are converted to agents in `trace_dir` (experiments/traces.py)."""
     try:
         raw = tomllib.loads(path.read_text())
     except FileNotFoundError:
         raise SweepError(f"{path}: no such sweep spec") from None
     except tomllib.TOMLDecodeError as error:
         raise SweepError(f"{path}: not valid TOML ({error})") from None
-    return parse_sweep(raw, where=str(path), folder=path.parent, extra_sets=extra_sets)
+    return parse_sweep(raw, where=str(path), folder=path.parent, extra_sets=extra_sets, trace_dir=trace_dir)
 
 
-def parse_sweep(raw: Mapping[str, Any], *, where: str, folder: Path, extra_sets: Sequence[str] = ()) -> Sweep:
+def parse_sweep(
+    raw: Mapping[str, Any],
+    *,
+    where: str,
+    folder: Path,
+    extra_sets: Sequence[str] = (),
+    trace_dir: Path = Path("out/traces"),
+) -> Sweep:
     for key in raw:
         if key not in _TOP_KEYS:
             raise SweepError(f"{where}: unknown key {key!r}; expected one of {', '.join(_TOP_KEYS)}")
@@ -110,7 +119,7 @@ def parse_sweep(raw: Mapping[str, Any], *, where: str, folder: Path, extra_sets:
     for point in points:
         for combo in itertools.product(*grid.values()):
             fields = {**base, **dict(zip(grid, combo, strict=True)), **point}
-            spec = _run_spec(fields, where=where, folder=folder, extra_sets=extra_sets)
+            spec = _run_spec(fields, where=where, folder=folder, extra_sets=extra_sets, trace_dir=trace_dir)
             runs.append(SweepRun(values={a: _show(fields[a]) for a in axes if a in fields}, spec=spec))
     metrics = tuple(raw.get("metrics", DEFAULT_METRICS))
     x = raw.get("x") or next((a for a in axes if a != "mode"), None)
@@ -162,7 +171,23 @@ def _is_set_axis(key: str) -> bool:
     return key.startswith("set.") and len(key) > 4
 
 
-def _run_spec(fields: Mapping[str, Any], *, where: str, folder: Path, extra_sets: Sequence[str]) -> RunSpec:
+def _trace(name: str, *, where: str, folder: Path, trace_dir: Path) -> Path:
+    """A trace file relative to the spec's folder (else the working folder), as a trajectory file."""
+    from dualpath.experiments.traces import as_trajectory_file
+    from dualpath.workload.errors import TraceFormatError
+
+    path = next((p for p in (folder / name, Path(name)) if p.is_file()), None)
+    if path is None:
+        raise SweepError(f"{where}: trace {name!r} is not a file (looked in {folder} and the working folder)")
+    try:
+        return as_trajectory_file(path, trace_dir)
+    except TraceFormatError as error:
+        raise SweepError(f"{where}: trace {name!r}: {error}") from None
+
+
+def _run_spec(
+    fields: Mapping[str, Any], *, where: str, folder: Path, extra_sets: Sequence[str], trace_dir: Path
+) -> RunSpec:
     from dualpath.engine.modes import MODES
 
     f = dict(fields)
@@ -175,10 +200,7 @@ def _run_spec(fields: Mapping[str, Any], *, where: str, folder: Path, extra_sets
     if "trace" in f:
         if "dataset" in f:
             raise SweepError(f"{where}: give either dataset or trace, not both")
-        trace = (folder / f.pop("trace")).resolve()
-        if not trace.is_file():
-            raise SweepError(f"{where}: trace {str(trace)!r} is not a file")
-        f["dataset"] = str(trace)
+        f["dataset"] = str(_trace(f.pop("trace"), where=where, folder=folder, trace_dir=trace_dir))
     for required in ("model", "mode", "p", "d"):
         if required not in f:
             raise SweepError(f"{where}: every run needs {required!r} (in [base], [grid] or [[runs]])")
