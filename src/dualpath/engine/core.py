@@ -112,6 +112,7 @@ class ClusterCore:
         self._dram_holds: dict[int, int] = {}  # request -> H2D / prompt-persist still reading DE buffer
         self._persists: dict[int, int] = {}  # request -> persists in flight
         self._active: dict[int, Request] = {}  # submitted and not yet forgotten
+        self._early_ends: dict[int, int] = {}  # request -> output tokens, ended before its DE placement
         self._fetches = 0
         self.scheduler = RequestScheduler(
             pe_nodes={n: [e.engine_id for e in node.engines] for n, node in self.pe_nodes.items()},
@@ -177,6 +178,8 @@ class ClusterCore:
             e = self.de_engine(engine)
             node.reserve(e, request.total_tokens)
             e.seq += 1
+            if self._early_ends:
+                self._apply_early_end(request)
         if placed:
             self.scheduler.mark_de_report_due(node.node_id)  # its Σtok grew after its report
         return bool(placed)
@@ -489,6 +492,43 @@ class ClusterCore:
                     out.append(TokenMilestone(request=request, token_index=request.gen_tokens))
                 out += self._finish(request)
         return out
+
+    def finish_early(self, request_id: int, generated_tokens: int) -> None:
+        """The request's output ends after `generated_tokens` tokens, before its planned `gen_tokens`: an
+        EOS or stop token, or a cancel. The runtime calls this; the simulator's outputs have fixed lengths.
+
+        Before it decodes, `generated_tokens` is 1 (the PE's token 1 still comes: its prefill is the
+        work of the step it is in) and the request takes the no-decode path at its KV transfer. While
+        it decodes, call it before `advance_decode` of the run in which its decode node stopped it: that
+        advance finishes it with exactly `generated_tokens` tokens, and persists only blocks it filled.
+        The DE HBM it no longer needs is freed now, and placements see it at the next fetch.
+        """
+        request = self._active.get(request_id)
+        if request is None or request.phase is Phase.DONE or generated_tokens >= request.gen_tokens:
+            return
+        if generated_tokens < max(1, request.generated_tokens):
+            raise ValueError(
+                f"request {request_id}: cannot end after {generated_tokens} tokens, "
+                f"{request.generated_tokens} are out"
+            )
+        if request.de_engine is None:  # its HBM is reserved at DE placement, for its full length
+            self._early_ends[request_id] = generated_tokens
+            return
+        self._shorten(request, generated_tokens)
+
+    def _apply_early_end(self, request: Request) -> None:
+        generated_tokens = self._early_ends.pop(request.request_id, None)
+        if generated_tokens is not None:
+            self._shorten(request, generated_tokens)
+
+    def _shorten(self, request: Request, generated_tokens: int) -> None:
+        assert request.de_engine is not None
+        e = self.de_engine(request.de_engine)
+        node = self.de_nodes[e.node_id]
+        node.release(e, request.gen_tokens - generated_tokens)  # `_finish` releases the rest
+        request.gen_tokens = generated_tokens
+        node.shorten(request)
+        self.scheduler.note_de_freed(e.node_id)
 
     def _finish(self, request: Request) -> list[Command]:
         """Last token out: free the DE's HBM reservation; done once its blocks are persisted."""

@@ -132,10 +132,37 @@ class DecodeNode:
             heapq.heappop(finish)
         return events
 
+    def shorten(self, request: Request) -> None:
+        """`request.gen_tokens` fell (`ClusterCore.finish_early`): if it runs here, its last token is now at
+        step join + (gen_tokens - generated at join), maybe before its next event or even before now
+        (its decode node stopped it inside the run just done): its next event moves there, so that the
+        next `advance` finishes it with exactly gen_tokens tokens."""
+        joined = self._join_step.get(request.request_id)
+        if joined is None:  # not in the batch yet: `merge_joiners` reads the new gen_tokens
+            return
+        join_step, gen_at_join = joined
+        last = join_step + max(0, request.gen_tokens - gen_at_join)
+        for step, due in self._events.items():
+            index = next((i for i, (rid, _) in enumerate(due) if rid == request.request_id), None)
+            if index is None:
+                continue
+            if step > last:
+                del due[index]
+                if not due:
+                    del self._events[step]
+                    self._event_steps.remove(step)
+                    heapq.heapify(self._event_steps)
+                self._add_event(last, request)
+            break
+        heapq.heappush(self._finish_heap, (last, request.request_id))
+
     def _process(self, request: Request, step: int) -> DecodeEvent:
         join_step, gen_at_join = self._join_step[request.request_id]
         before = request.generated_tokens
-        request.generated_tokens = gen_at_join + self.steps_done - join_step
+        generated = gen_at_join + self.steps_done - join_step
+        if generated > request.gen_tokens:  # it finished early, inside the steps just advanced (`shorten`)
+            generated = request.gen_tokens
+        request.generated_tokens = generated
         blocks_end = request.kv_tokens // self.block_tokens * self.block_tokens
         persist = max(0, blocks_end - request.persisted_tokens)
         request.persisted_tokens += persist
@@ -145,7 +172,7 @@ class DecodeNode:
         if finished:
             del self._join_step[request.request_id]
             e.running -= 1
-            e.ctx_base -= request.kv_tokens - self.steps_done
+            e.ctx_base -= request.prompt_tokens + max(0, gen_at_join - 1) - join_step  # its share at merge
         else:
             self._add_event(self._next_event_step(request), request)
         return DecodeEvent(

@@ -13,7 +13,9 @@ the bytes and computes:
     persist    whole blocks [start, end) ─SNIC tx─► storage, from the landing region (prompt blocks) or
                from the cache (decode-time blocks, the D2H)
     decode_step a run of `steps` continuous-batching steps of exactly the batch the core says (cut
-               short at a step boundary by `decode_cut`); the run's tokens back in one `decode_done`
+               short at a step boundary by `decode_cut`); the run's tokens back in one `decode_done`.
+               Each token is drawn here (`sample_next`); a request whose token is an EOS or stop token
+               (or that `decode_stop` cancelled) leaves the batch at once, reported as `finished`
     release    the request is done: free its cache pages (oracle, no decode step: first write the
                prompt's new blocks, unpaced, and say `released`)
 """
@@ -36,6 +38,7 @@ from dualpath.runtime.kvio import region_layer, scatter_hits, submit_hit_read, u
 from dualpath.runtime.model.paged_cache import PagedKVCache
 from dualpath.runtime.node import NodeLinks
 from dualpath.runtime.os_thread import EngineWork, name_os_thread
+from dualpath.runtime.sampling import SamplingParams, finish_reason, sample_next
 from dualpath.transfer import BlockWrite, WriteJob
 from dualpath.transfer.types import Notice
 
@@ -51,9 +54,13 @@ class _DeRequest:
     dram_persists: int = 0  # prompt-block persists still reading the landing region
     released: bool = False
     persisted_tokens: int = 0  # oracle only: whole blocks this node wrote without persist commands
-    max_tokens: int = 0  # oracle only: its last token waits for those writes
+    writes: list[Future[int]] = field(default_factory=list)  # oracle only: its last token waits for them
+    # Set when it joins a decode batch: how it draws and when it stops (`runtime.sampling`).
+    prompt_tokens: int = 0
+    max_tokens: int = 0
     generated: int = 0
-    writes: list[Future[int]] = field(default_factory=list)
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    finish_reason: str | None = None
 
 
 class DecodeExecutor:
@@ -68,6 +75,7 @@ class DecodeExecutor:
         )
         self.requests: dict[int, _DeRequest] = {}
         self._cut_run = 0  # id of a run the scheduler asked to end at its next step boundary
+        self._stopped: set[int] = set()  # requests cancelled (`decode_stop`), read between steps
         # Run restarts: a run that continues requests of the one before waited (previous run's end ->
         # its start) for the completion's trip to the scheduler and the next command back.
         self._last_run: tuple[float, frozenset[int]] = (0.0, frozenset())  # (ended, its batch)
@@ -108,6 +116,9 @@ class DecodeExecutor:
             self._persist.submit(self._do_persist, message)
         elif kind == "decode_cut":
             self._cut_run = int(message["step"])  # read by the decode thread between steps
+        elif kind == "decode_stop":
+            with self._lock:
+                self._stopped.add(int(message["rid"]))
         elif kind == "release" and "persist_end_tokens" in message:
             self._persist.submit(self._persist_then_release, message)
         elif kind in ("decode_step", "release"):
@@ -282,35 +293,68 @@ class DecodeExecutor:
 
     def _step(self, message: Message) -> None:
         """One run: the joiners' KV into the cache (oracle), then up to `steps` steps, stopping early
-        at a step boundary when the scheduler cut this run (a joiner waits)."""
+        at a step boundary when the scheduler cut this run (a joiner waits). A request that ends inside
+        the run (EOS, stop token, `decode_stop`) is computed no further; the run reports it in `finished`
+        with its output length, and stops once nothing is left (at least one step is reported)."""
         for join in message["join"]:
-            state = self._state(int(join["rid"]))
-            if message["inline_io"] and not state.in_cache:  # oracle: no H2D command, KV taken at join
-                self._to_cache(state, list(join["token_ids"]), int(join["first_token"]), paced=False)
-                with self._lock:
-                    state.h2d_done = True
-                    state.persisted_tokens = int(join["hit_tokens"])
-                    state.max_tokens, state.generated = int(join["max_tokens"]), 1
-                self._maybe_free_region(state)
+            self._join(join, inline_io=bool(message["inline_io"]))
         states = [self._state(int(rid)) for rid in message["batch"]]
         self._count_restart({s.rid for s in states})
         run, steps = int(message["step"]), int(message.get("steps", 1))
-        out: list[list[int]] = [[] for _ in states]
+        out: dict[int, list[int]] = {s.rid: [] for s in states}
+        finished: list[list[Any]] = []
         done = 0
         while done < steps and not (done and self._cut_run == run):
-            last = [s.token_ids[-1] for s in states]
-            logits = self.model.decode_step_paged(self.cache, [s.rid for s in states], last)
-            next_ids = logits.argmax(dim=-1).tolist()
-            with self._lock:
-                for state, token, got in zip(states, next_ids, out, strict=True):
-                    state.token_ids.append(int(token))
-                    got.append(int(token))
+            running = self._still_running(states, finished)
+            if not running:
+                break
+            logits = self.model.decode_step_paged(self.cache, [s.rid for s in running],
+                                                  [s.token_ids[-1] for s in running])  # fmt: skip
+            for state, row in zip(running, logits, strict=True):
+                generated = state.token_ids[state.prompt_tokens :]
+                token = sample_next(row, state.sampling, generated, position=len(state.token_ids))
+                with self._lock:
+                    state.token_ids.append(token)
+                state.generated += 1
+                out[state.rid].append(token)
+                state.finish_reason = finish_reason(state.sampling, [*generated, token], state.max_tokens)
+                if state.finish_reason is not None:
+                    finished.append([state.rid, state.generated, state.finish_reason])
             if message["inline_io"]:
-                self._persist_inline(states)
+                self._persist_inline(running)
             done += 1
-        tokens = [[s.rid, got] for s, got in zip(states, out, strict=True)]
+        self._still_running(states, finished)  # a cancel that came during the last step
+        tokens = [[rid, got] for rid, got in out.items()]
         self._last_run = (time.monotonic(), frozenset(s.rid for s in states))
-        self.links.emit({"type": "decode_done", "step": run, "steps": done, "tokens": tokens})
+        report: Message = {"type": "decode_done", "step": run, "steps": max(1, done), "tokens": tokens}
+        if finished:
+            report["finished"] = finished
+        self.links.emit(report)
+
+    def _join(self, join: dict[str, Any], *, inline_io: bool) -> None:
+        """A request enters the batch: its stop rule, and (oracle: no H2D command) its KV into the cache."""
+        state = self._state(int(join["rid"]))
+        if inline_io and not state.in_cache:
+            self._to_cache(state, list(join["token_ids"]), int(join["first_token"]), paced=False)
+            with self._lock:
+                state.h2d_done = True
+                state.persisted_tokens = int(join["hit_tokens"])
+            self._maybe_free_region(state)
+        state.prompt_tokens = len(join["token_ids"])
+        state.max_tokens, state.generated = int(join["max_tokens"]), 1
+        state.sampling = SamplingParams.from_message(join.get("sampling") or {})
+        state.finish_reason = None
+
+    def _still_running(self, states: list[_DeRequest], finished: list[list[Any]]) -> list[_DeRequest]:
+        """The states still decoding; those cancelled since the last step end now ("abort"), and one whose
+        output is already at its (cut) length ends without a step."""
+        with self._lock:
+            stopped = set(self._stopped)
+        for state in states:
+            if state.finish_reason is None and (state.rid in stopped or state.generated >= state.max_tokens):
+                state.finish_reason = "abort"
+                finished.append([state.rid, state.generated, "abort"])
+        return [s for s in states if s.finish_reason is None]
 
     def _count_restart(self, batch: set[int]) -> None:
         ended_s, previous = self._last_run
@@ -324,14 +368,13 @@ class DecodeExecutor:
         finishes it the next round hits."""
         bt = self.links.block_tokens
         for state in states:
-            state.generated += 1
             end = self.cache.num_tokens(state.rid) // bt * bt
             if end > state.persisted_tokens:
                 future = self._write_blocks(state, state.persisted_tokens, end, from_hbm=True, wait=False)
                 if future is not None:
                     state.writes.append(future)
                 state.persisted_tokens = end
-            if state.generated >= state.max_tokens:
+            if state.finish_reason is not None:
                 with self.work.waiting():  # on the store's writes, not working (the twin's write stall)
                     for future in state.writes:
                         future.result()
@@ -341,6 +384,7 @@ class DecodeExecutor:
         rid = int(message["rid"])
         with self._lock:
             state = self.requests.pop(rid, None)
+            self._stopped.discard(rid)
         if state is None:
             return
         if state.in_cache:

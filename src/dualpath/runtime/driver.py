@@ -72,7 +72,9 @@ class _Live:
     request: Request
     token_ids: list[int]
     usable_hit_tokens: int
+    sampling: Message = field(default_factory=dict)  # SamplingParams.to_message(): the nodes draw with it
     first_token: int | None = None
+    finish_reason: str = "length"  # "stop" when a node saw an EOS or stop token, "abort" when cancelled
     times: dict[str, float] = field(default_factory=dict)
 
 
@@ -127,6 +129,7 @@ class RuntimeDriver:
             "persist_done": self._persist_done,
             "decode_done": self._decode_done,
             "released": self._released,
+            "cancel": self._cancel,
         }
 
     # ---- inputs --------------------------------------------------------------------------------
@@ -137,20 +140,21 @@ class RuntimeDriver:
         return self._poked and self.core.scheduler.waiting > 0
 
     def submit(
-        self, *, token_ids: Sequence[int], hit_tokens: int, max_tokens: int, now_s: float
+        self,
+        *,
+        token_ids: Sequence[int],
+        hit_tokens: int,
+        max_tokens: int,
+        now_s: float,
+        sampling: Message | None = None,
     ) -> tuple[int, Outgoing]:
+        """A new request; `sampling` is its `SamplingParams.to_message()` (default: greedy, no stop)."""
         rid = self._next_id
-        self.event_log.append(
-            (
-                now_s,
-                {
-                    "type": "submit",
-                    "token_ids": list(token_ids),
-                    "hit_tokens": hit_tokens,
-                    "max_tokens": max_tokens,
-                },
-            )  # fmt: skip
-        )
+        event = {"type": "submit", "token_ids": list(token_ids), "hit_tokens": hit_tokens,
+                 "max_tokens": max_tokens}  # fmt: skip
+        if sampling:
+            event["sampling"] = copy.deepcopy(sampling)
+        self.event_log.append((now_s, event))
         self._next_id += 1
         request = Request(
             request_id=rid,
@@ -161,7 +165,12 @@ class RuntimeDriver:
             gen_tokens=max_tokens,
             arrival_s=now_s,
         )
-        self._live[rid] = _Live(request=request, token_ids=list(token_ids), usable_hit_tokens=hit_tokens)
+        self._live[rid] = _Live(
+            request=request,
+            token_ids=list(token_ids),
+            usable_hit_tokens=hit_tokens,
+            sampling=dict(sampling or {}),
+        )
         self._live[rid].times["arrival"] = now_s
         self._poked = True
         return rid, self._do(self.core.submit(request, now_s), now_s)
@@ -229,6 +238,8 @@ class RuntimeDriver:
             live.first_token = int(token)
             live.times["prefill_end"] = now_s
             out.append((CLIENT, {"type": "tokens", "rid": int(rid), "token_ids": [int(token)]}))
+        for rid in event.get("stopped", ()):  # token 1 was an EOS or stop token: no decode
+            self._end_early(int(rid), 1, "stop")
         self._poked = True  # a PE's tok_e fell
         return out + self._do(self.core.on_prefill_step_done(node, int(event["step_id"]), now_s), now_s)
 
@@ -252,6 +263,8 @@ class RuntimeDriver:
             (CLIENT, {"type": "tokens", "rid": int(rid), "token_ids": _ids(tokens)})
             for rid, tokens in event.get("tokens", ())
         ]
+        for rid, generated, reason in event.get("finished", ()):  # ended inside this run (EOS, stop, cancel)
+            self._end_early(int(rid), int(generated), str(reason))
         steps = int(event.get("steps", 1))
         assert 1 <= steps <= max(1, self._run_steps[node]), (steps, self._run_steps[node])
         self._run_steps[node] = 0
@@ -288,6 +301,39 @@ class RuntimeDriver:
         for node in changed:
             out += self._decode_next(node, now_s)
         return out
+
+    def _end_early(self, rid: int, generated_tokens: int, reason: str) -> None:
+        """A node ended the request's output after `generated_tokens` tokens: the core learns it before it
+        advances past them (`ClusterCore.finish_early`); a cancelled request stays "abort"."""
+        live = self._live.get(rid)
+        if live is None:
+            return
+        if live.finish_reason != "abort":
+            live.finish_reason = reason
+        self.core.finish_early(rid, generated_tokens)
+        self._poked = True  # its DE HBM fell
+
+    def _cancel(self, event: Message, now_s: float) -> Outgoing:
+        """End a request wherever it is (the client left, or a stop string matched). In a decode batch its
+        DE stops it at the next step boundary and reports it like an EOS; before that its output is cut to
+        token 1, which its prefill still computes (no decode follows); queued, it still runs that prefill
+        (the policy's queues have no removal). Its last client message says "abort"."""
+        rid = int(event["rid"])
+        live = self._live.get(rid)
+        if live is None:
+            return []
+        live.finish_reason = "abort"
+        request = live.request
+        if request.phase is Phase.DONE:
+            return []
+        if (
+            request.de_engine is not None
+            and request in self._batch[self.core.node_of_engine(request.de_engine)]
+        ):
+            return [(self._de_name(request), {"type": "decode_stop", "rid": rid})]
+        self.core.finish_early(rid, max(1, request.generated_tokens))
+        self._poked = True
+        return []
 
     def _pe_node(self, request: Request) -> int:
         assert request.pe_engine is not None
@@ -339,6 +385,8 @@ class RuntimeDriver:
                         "out_tokens": it.out_tokens,
                         "completes_prefill": it.completes_prefill,
                         "inline_io": self.core.mode.skip_io,
+                        "max_tokens": r.gen_tokens,
+                        "sampling": live.sampling,
                     }
                 )
         message = {"type": "step", "step_id": c.step_id, "layerwise": c.layerwise, "items": items}
@@ -393,7 +441,8 @@ class RuntimeDriver:
             live = self._live[r.request_id]
             live.times["decode_start"] = now_s
             joins.append({"rid": r.request_id, "token_ids": live.token_ids, "first_token": live.first_token,
-                          "hit_tokens": live.usable_hit_tokens, "max_tokens": r.gen_tokens})  # fmt: skip
+                          "hit_tokens": live.usable_hit_tokens, "max_tokens": r.gen_tokens,
+                          "sampling": live.sampling})  # fmt: skip
         message = {
             "type": "decode_step",
             "step": self._decode_step[node],
@@ -409,8 +458,11 @@ class RuntimeDriver:
         live.times["finished"] = now_s
         self._poked = True
         info = {
+            "finish_reason": live.finish_reason,
             "hit_tokens": request.hit_tokens,
             "effective_hit_tokens": live.usable_hit_tokens,
+            # the prompt tokens whose KV came from the store (usage.prompt_tokens_details.cached_tokens)
+            "cached_tokens": live.usable_hit_tokens,
             "read_side": _read_side(request),
             "pe": request.pe_engine,
             "de": request.de_engine,

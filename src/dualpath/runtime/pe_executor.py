@@ -34,6 +34,7 @@ from dualpath.runtime.model.kv_layout import layer_kv_to_bytes
 from dualpath.runtime.node import NodeLinks
 from dualpath.runtime.os_thread import EngineWork, name_os_thread
 from dualpath.runtime.prefill import run_pipeline
+from dualpath.runtime.sampling import SamplingParams, finish_reason, sample_next
 from dualpath.transfer.types import Notice
 
 
@@ -217,17 +218,29 @@ class PrefillExecutor:
 
         run_pipeline(self.layers, message["layerwise"], load=load, compute=compute, send=send,
                      io=self._io, tx=self._tx)  # fmt: skip
-        first_tokens = []
+        first_tokens, stopped = [], []
         for item in items:
             assert item.hidden is not None
             if item.body["completes_prefill"]:
-                first_tokens.append(
-                    [int(item.body["rid"]), int(self.model.final(item.hidden[-1:]).argmax(-1)[0])]
-                )
+                rid, token, reason = self._first_token(item.body, item.hidden)
+                first_tokens.append([rid, token])
+                if reason == "stop":
+                    stopped.append(rid)
             if item.recv is not None:
                 self.links.dram.free(item.recv)
-        self.links.emit({"type": "step_done", "step_id": step, "first_tokens": first_tokens})
+        done: Message = {"type": "step_done", "step_id": step, "first_tokens": first_tokens}
+        if stopped:
+            done["stopped"] = stopped
+        self.links.emit(done)
         self._tx.submit(self._after_sends, step, items)
+
+    def _first_token(self, body: dict[str, Any], hidden: torch.Tensor) -> tuple[int, int, str | None]:
+        """Token 1, drawn here from the last forward's logits with the request's sampling (the decode node
+        draws the rest with the same `sample_next`), and whether it ends the output."""
+        params = SamplingParams.from_message(body.get("sampling") or {})
+        logits = self.model.final(hidden[-1:])[0]
+        token = sample_next(logits, params, (), position=len(body["token_ids"]))
+        return int(body["rid"]), token, finish_reason(params, [token], int(body.get("max_tokens", 1)))
 
     def _after_sends(self, step: int, items: list[_Item]) -> None:
         """On the FIFO transmit thread, behind the step's last sends: tell each DE, then the scheduler."""

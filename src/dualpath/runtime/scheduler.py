@@ -14,11 +14,11 @@ after each arrival) when the driver says one is due, plus a periodic tick (§6.1
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
+import secrets
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -32,8 +32,9 @@ from dualpath.runtime.cluster import ClusterConfigError, RuntimeClusterSpec
 from dualpath.runtime.control import Message, decode, encode
 from dualpath.runtime.driver import CLIENT, DriverConfig, RuntimeDriver
 from dualpath.runtime.limits import RequestLimits, ServeLimits
-from dualpath.runtime.model.tokenizer import ByteTokenizer
+from dualpath.runtime.model_host import model_tokenizer
 from dualpath.runtime.prom import ServeMetrics
+from dualpath.runtime.sampling import SamplingParams
 
 _DRIVER_EVENTS = (
     "read_done",
@@ -93,7 +94,7 @@ class ClusterScheduler:
         self.live: dict[int, LiveRequest] = {}
         self.metrics = ServeMetrics()
         self.store = FileStore(store_dir, capacity_bytes=2**62)
-        self.tokenizer = ByteTokenizer()
+        self.tokenizer = model_tokenizer(spec.model)  # the served model's (a folder's own, or bytes)
         self.driver: RuntimeDriver | None = None
         self.model_info: Message = {}
         self.addresses: dict[str, str] = {}  # transfer endpoints, known once a node says ready
@@ -147,11 +148,34 @@ class ClusterScheduler:
             hit_tokens -= bt  # at least one prompt token must be computed (it yields the first token)
         now = self.clock()
         rid, out = self.driver.submit(
-            token_ids=ids, hit_tokens=hit_tokens, max_tokens=api.max_tokens, now_s=now
+            token_ids=ids,
+            hit_tokens=hit_tokens,
+            max_tokens=api.max_tokens,
+            now_s=now,
+            sampling=self.request_sampling(api).to_message(),
         )
         live = LiveRequest(rid=rid, api=api, chunks=asyncio.Queue(), hit_tokens=hit_tokens)
         self.live[rid] = live
         return live, self._route(now, out) + self.maybe_fetch()
+
+    def request_sampling(self, api: CompletionRequest) -> SamplingParams:
+        """The request's sampling as the nodes use it: the model's EOS ids, and a fresh random seed when
+        the client gave none (then a sampled output is not reproducible, as in vLLM)."""
+        sampling = api.sampling
+        if api.ignore_eos and not sampling.ignore_eos:
+            sampling = replace(sampling, ignore_eos=True)
+        return sampling.with_model(eos_token_ids=self.tokenizer.eos_token_ids, seed=secrets.randbits(63))
+
+    def cancel(self, rid: int) -> list[tuple[str, Message]]:
+        """End a request early wherever it is (a stop string matched, the client left): its stream ends
+        now with finish_reason "abort" and gets nothing more; the cluster frees what it holds as soon as it
+        can (a decoding request at its DE's next step boundary). Returns the messages for the nodes."""
+        live = self.live.pop(rid, None)
+        if live is None or self.driver is None:
+            return []
+        live.chunks.put_nowait(TokenChunk(token_ids=(), finish_reason="abort", info={"cancelled": True}))
+        now = self.clock()
+        return self._route(now, self.driver.handle({"type": "cancel", "rid": rid}, now))
 
     def admission_error(self, prompt_tokens: int, max_tokens: int) -> str | None:
         """Why a request could never be served here, or None. Its KV must fit one DE's HBM (prompt and
@@ -282,7 +306,8 @@ class ClusterScheduler:
             read_side=message["read_side"], ttft_s=first - live.api.arrival_s, tpot_s=tpot
         )
         info = {k: v for k, v in message.items() if k not in ("type", "rid")}
-        live.chunks.put_nowait(TokenChunk(token_ids=(), finish_reason="length", info=info))
+        reason = str(info.get("finish_reason", "length"))
+        live.chunks.put_nowait(TokenChunk(token_ids=(), finish_reason=reason, info=info))
 
     def write_event_log(self) -> None:
         """The driver's config, input events, outgoing messages and decisions, for a replay."""
@@ -360,6 +385,7 @@ class SchedulerBackend:
         if driver is not None:  # the scheduler's constants the PEs measured at start-up (A.4 "profiled")
             info["prefill_tokens_per_s"] = driver.config.prefill_tokens_per_s
             info["attention_s_per_token_pair"] = driver.config.attention_s_per_token_pair
+            info["active_requests"] = driver.active_requests  # submitted, not yet done (cancels included)
         return info
 
     def metrics_text(self) -> bytes:
@@ -489,6 +515,8 @@ async def serve_scheduler(
     def check_all() -> str | None:
         if control.done():  # the driver raised: serving on would hang every request
             error = control.exception() if not control.cancelled() else None
+            if isinstance(error, ClusterConfigError):  # a configuration this cluster cannot serve
+                return str(error)
             return f"control loop stopped: {error!r}"
         return check()
 
@@ -500,8 +528,7 @@ async def serve_scheduler(
     finally:
         for task in tasks:
             task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await asyncio.gather(*tasks, return_exceptions=True)  # a failure is the reason returned above
         router.close()
         context.term()
         scheduler.write_event_log()

@@ -17,6 +17,7 @@ import torch
 
 from dualpath.runtime.model.kv_layout import LayerKV
 from dualpath.runtime.model.transformer import Transformer
+from dualpath.runtime.sampling import SamplingParams, finish_reason, sample_next
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -42,10 +43,11 @@ class ReferenceEngine:
         cached_prefix_kv: Sequence[LayerKV] | None = None,
         *,
         stop_token_ids: Sequence[int] = (),
+        sampling: SamplingParams | None = None,
     ) -> list[int]:
-        """Greedy tokens for the full prompt `prompt_ids`; see `generate_with_kv`."""
+        """Greedy (or `sampling`'s) tokens for the full prompt `prompt_ids`; see `generate_with_kv`."""
         return self.generate_with_kv(
-            prompt_ids, max_tokens, cached_prefix_kv, stop_token_ids=stop_token_ids
+            prompt_ids, max_tokens, cached_prefix_kv, stop_token_ids=stop_token_ids, sampling=sampling
         ).tokens
 
     @torch.inference_mode()
@@ -56,11 +58,14 @@ class ReferenceEngine:
         cached_prefix_kv: Sequence[LayerKV] | None = None,
         *,
         stop_token_ids: Sequence[int] = (),
+        sampling: SamplingParams | None = None,
     ) -> Generation:
         """Greedy decoding (ties go to the lowest id), at most `max_tokens` tokens.
 
         `cached_prefix_kv[layer]` holds the KV of `prompt_ids[:cached]`; only the rest is prefilled. A
-        fully cached prompt still recomputes its last token, which yields the first logits.
+        fully cached prompt still recomputes its last token, which yields the first logits. With
+        `sampling`, every token is drawn as the serving nodes draw it (`runtime.sampling.sample_next`, the
+        same seed per position) and the output ends by the same rule (`finish_reason`).
         """
         config = self.model.config
         if max_tokens < 1:
@@ -82,13 +87,24 @@ class ReferenceEngine:
                 buffer[:hit] = prefix[layer]
             buffer[hit : len(prompt_ids)] = prefill.kv[layer]
         filled = len(prompt_ids)
-        tokens = [_greedy(prefill.logits[-1])]
-        while len(tokens) < max_tokens and tokens[-1] not in stop_token_ids:
+
+        def draw(logits: torch.Tensor, tokens: list[int]) -> int:
+            if sampling is None:
+                return _greedy(logits)
+            return sample_next(logits, sampling, tokens, position=len(prompt_ids) + len(tokens))
+
+        def ended(tokens: list[int]) -> bool:
+            if sampling is not None:
+                return finish_reason(sampling, tokens, max_tokens) is not None
+            return len(tokens) >= max_tokens or tokens[-1] in stop_token_ids
+
+        tokens = [draw(prefill.logits[-1], [])]
+        while not ended(tokens):
             step = self.model.decode_step([tokens[-1]], [[buffer[:filled] for buffer in buffers]])
             for layer, buffer in enumerate(buffers):
                 buffer[filled] = step.kv[layer][0]
             filled += 1
-            tokens.append(_greedy(step.logits[0]))
+            tokens.append(draw(step.logits[0], tokens))
         return Generation(
             tokens=tokens, kv=tuple(buffer[:filled].clone() for buffer in buffers), hit_tokens=hit
         )
