@@ -54,3 +54,24 @@ def test_forget_drops_only_the_index_entry(tmp_path):
     assert store.forget(key) and not store.forget(key)
     assert store.path_of(key).is_file() and store.contains(key)  # found again on disk
     store.check_invariants()
+
+
+def test_an_unreadable_block_is_a_corrupt_one(tmp_path, monkeypatch):
+    """EIO on a read: the block is dropped and the reader gets CorruptBlockError (it recomputes)."""
+    import errno
+
+    import pytest
+
+    from dualpath.kvcache import CorruptBlockError
+
+    (key, parent, data), *_ = make_blocks(1)
+    store = FileStore(tmp_path, 10**9)
+    store.put_full_block(key, data, num_layers=LAYOUT.num_layers, parent=parent)
+
+    def preadv(*_args):
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(os, "preadv", preadv)
+    with pytest.raises(CorruptBlockError, match="Input/output error"):
+        store.read_full_block(key)
+    assert not store.contains(key) and store.stats().corrupt_blocks == 1

@@ -175,8 +175,12 @@ class FileStore(IndexedStore):
             fd = os.open(self.path_of(meta.key), os.O_RDONLY)
         except FileNotFoundError:
             raise BlockMissingError(key_hex(meta.key)) from None
+        except OSError as error:  # unreadable (EIO, EACCES, a directory): as good as corrupt, recomputed
+            raise CorruptBlockError(meta.key, f"unreadable: {error.strerror}") from None
         try:
             got = os.preadv(fd, [out], offset)  # one positional read straight into the caller's buffer
+        except OSError as error:
+            raise CorruptBlockError(meta.key, f"unreadable: {error.strerror}") from None
         finally:
             os.close(fd)
         if got != out.nbytes:
@@ -187,7 +191,10 @@ class FileStore(IndexedStore):
                 raise CorruptBlockError(meta.key, f"layer {first_layer + i} checksum mismatch")
 
     def _drop(self, key: BlockKey) -> None:
-        self.path_of(key).unlink(missing_ok=True)
+        try:
+            self.path_of(key).unlink(missing_ok=True)
+        except OSError as error:  # not ours to remove (a directory, no permission): it stays unindexed
+            _log.warning("KV store %s: cannot remove block %s: %s", self.directory, key_hex(key), error)
 
 
 def _block_entry(path: Path, sub: str, now: float, stale_tmp_s: float) -> tuple[float, str, BlockKey] | str:

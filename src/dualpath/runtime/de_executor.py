@@ -257,8 +257,8 @@ class DecodeExecutor:
         if not writes:
             return None
         future = self.links.writer.submit(WriteJob(job_id=f"w{state.rid}.{start}", blocks=tuple(writes)))
-        if wait:
-            future.result()
+        if wait:  # a failed write is counted and logged by the writer; serving goes on without it
+            future.exception()
         return future
 
     def _persist_then_release(self, message: Message) -> None:
@@ -377,7 +377,7 @@ class DecodeExecutor:
             if state.finish_reason is not None:
                 with self.work.waiting():  # on the store's writes, not working (the twin's write stall)
                     for future in state.writes:
-                        future.result()
+                        future.exception()  # waits; a failure is the writer's to count, not this thread's
                 state.writes.clear()
 
     def _release(self, message: Message) -> None:
