@@ -143,13 +143,13 @@ def config_from_model_spec(
     )
 
 
-HF_ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM")
+HF_ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "MistralForCausalLM")
 
 
 def config_from_hf(
     hf: Mapping[str, Any], *, dtype: str = "float32", device: str = "cpu"
 ) -> TransformerConfig:
-    """Map a Hugging Face `config.json` (Llama or Qwen2) to a `TransformerConfig`."""
+    """Map a Hugging Face `config.json` (Llama, Qwen2 or Mistral) to a `TransformerConfig`."""
     architectures = hf.get("architectures") or []
     architecture = architectures[0] if architectures else ""
     if architecture not in HF_ARCHITECTURES:
@@ -157,6 +157,11 @@ def config_from_hf(
     if hf.get("rope_scaling"):
         raise ValueError(
             "config.json: rope_scaling is not supported by the runtime model; remove it or use another model"
+        )
+    if _sliding_window(hf) is not None:
+        raise ValueError(
+            f"config.json: sliding_window = {_sliding_window(hf)} is shorter than the context; the runtime "
+            "model attends to every earlier token"
         )
     num_heads = int(hf["num_attention_heads"])
     hidden_size = int(hf["hidden_size"])
@@ -179,6 +184,15 @@ def config_from_hf(
     )
 
 
+def _sliding_window(hf: Mapping[str, Any]) -> int | None:
+    """A sliding window that binds (Mistral v0.1: 4,096 of 32,768), or None. Qwen2 writes one but turns
+    it off with `use_sliding_window: false`; a window as long as the context changes nothing."""
+    window = hf.get("sliding_window")
+    if not window or hf.get("use_sliding_window") is False:
+        return None
+    return int(window) if int(window) < int(hf.get("max_position_embeddings", 32768)) else None
+
+
 def config_to_hf(config: TransformerConfig, *, architecture: str = "LlamaForCausalLM") -> dict[str, Any]:
     """The `config.json` that `config_from_hf` reads back to `config` (dtype and device aside)."""
     if architecture not in HF_ARCHITECTURES:
@@ -187,7 +201,7 @@ def config_to_hf(config: TransformerConfig, *, architecture: str = "LlamaForCaus
         raise ValueError(f"{architecture} needs qkv_bias={architecture == 'Qwen2ForCausalLM'}")
     return {
         "architectures": [architecture],
-        "model_type": "qwen2" if architecture == "Qwen2ForCausalLM" else "llama",
+        "model_type": architecture.removesuffix("ForCausalLM").lower(),
         "vocab_size": config.vocab_size,
         "hidden_size": config.hidden_size,
         "num_hidden_layers": config.num_layers,
