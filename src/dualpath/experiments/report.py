@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from dualpath.experiments.claims import CLAIMS_BY_KEY
+from dualpath.experiments.page_check import FIGURE_CHECK_SCRIPT
 from dualpath.experiments.section import Section, format_cell
 
 
@@ -100,4 +101,5 @@ def _html(out_dir: Path, sections: Sequence[Section], *, quick: bool, header: st
         for plot in section.plots:
             data = base64.b64encode(plot.read_bytes()).decode()
             parts.append(f"<img alt='{html.escape(plot.stem)}' src='data:image/png;base64,{data}'>")
+    parts.append(FIGURE_CHECK_SCRIPT)  # the browser test's probe (page_check.py)
     return "\n".join(parts)

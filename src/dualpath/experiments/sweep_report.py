@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from dualpath.experiments import plots
+from dualpath.experiments.page_check import FIGURE_CHECK_SCRIPT
 from dualpath.experiments.runner import RunOutcome
 from dualpath.experiments.scenarios import metric
 from dualpath.experiments.section import Section, format_cell
@@ -79,14 +80,18 @@ def _section(sweep: Sweep, records: list[dict[str, Any]], shown: list[str]) -> S
 def _figure(sweep: Sweep, records: list[dict[str, Any]], name: str, plot_dir: Path) -> Path:
     """`name` against the x axis; one line per combination of the other axes (mode first)."""
     assert sweep.x is not None
-    others = sorted((a for a in sweep.axes if a != sweep.x), key=lambda a: a != "mode")
-    xs_all = list(dict.fromkeys(r["values"][sweep.x] for r in records))
+    # Axes that the x value decides (a layout per hardware) would split every line into single points.
+    others = sorted((a for a in sweep.axes if a != sweep.x and not _follows(a, sweep.x, records)),
+                    key=lambda a: a != "mode")  # fmt: skip
+    xs_all = list(dict.fromkeys(r["values"].get(sweep.x) for r in records))
     numeric = all(isinstance(x, int | float) for x in xs_all)
     series: dict[str, tuple[list[float], list[float | None]]] = {}
     for r in records:
-        label = ", ".join(f"{r['values'][a]}" if a == "mode" else f"{a}={r['values'][a]}" for a in others)
+        label = ", ".join(
+            f"{r['values'].get(a)}" if a == "mode" else f"{a}={r['values'].get(a)}" for a in others
+        )
         xs, ys = series.setdefault(label or name, ([], []))
-        x = r["values"][sweep.x]
+        x = r["values"].get(sweep.x)
         xs.append(float(x) if numeric else float(xs_all.index(x)))
         ys.append(r["metrics"][name])
     path = plot_dir / f"{_slug(name)}-vs-{_slug(sweep.x)}.png"
@@ -110,6 +115,13 @@ def _draw(
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     return plots._save(fig, path)
+
+
+def _follows(axis: str, x: str, records: list[dict[str, Any]]) -> bool:
+    """Whether each x value comes with one value of `axis` only (and `axis` is not the mode)."""
+    seen: dict[Any, Any] = {}
+    return axis != "mode" and all(seen.setdefault(r["values"].get(x), r["values"].get(axis)) == r["values"].get(axis)
+                                  for r in records)  # fmt: skip
 
 
 def _slug(text: str) -> str:
@@ -143,4 +155,5 @@ def _html(sweep: Sweep, section: Section, header: str) -> str:
     for plot in section.plots:
         data = base64.b64encode(plot.read_bytes()).decode()
         parts.append(f"<img alt='{html.escape(plot.stem)}' src='data:image/png;base64,{data}'>")
+    parts.append(FIGURE_CHECK_SCRIPT)
     return "\n".join(parts) + "\n"
