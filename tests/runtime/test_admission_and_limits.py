@@ -114,3 +114,16 @@ def test_a_request_past_its_deadline_ends_with_504_and_is_cancelled(tmp_path):
     error, elapsed_s = asyncio.run(run())
     assert error.status == 504 and "request-timeout" in error.message
     assert 0.15 < elapsed_s < 2.0 and cancelled == [7]
+
+
+def test_the_queue_is_full_at_max_waiting_requests(tmp_path):
+    spec = load_cluster("local-1p2d")
+    scheduler = ClusterScheduler(spec, tmp_path / "store", limits=ServeLimits(max_waiting=2))
+    for role, name in (("prefill", "p0"), ("decode", "d0"), ("decode", "d1")):
+        scheduler.handle(name, _hello(role, name))
+    assert not scheduler.queue_full()
+    for i in range(2):
+        request = CompletionRequest(request_id=f"r{i}", prompt_token_ids=tuple(range(1, 40)), max_tokens=4,
+                                    ignore_eos=True, arrival_s=time.time())  # fmt: skip
+        scheduler.submit(request)  # the nodes are not ready: nothing is placed, both wait
+    assert scheduler.queue_full()
