@@ -56,7 +56,37 @@ def test_round_robin_fetch_of_a_full_sole_de_group_ends_and_keeps_the_cycle() ->
     placed = s.fetch_de_group(1, [_de_load(1, 1, 150), _de_load(2, 1, 50), _de_load(3, 1, 100)])
     assert [(r.request_id, e) for r, e in placed] == [(0, 1), (1, 3)]
     assert s.global_queue_len == 1
+    assert not s.has_de_work(1)  # every DE lost its turn to this head: nothing to place until one frees
     assert s.fetch_de_group(1, [_de_load(1, 1, 50), _de_load(2, 1, 50), _de_load(3, 1, 0)]) == []
+    s.note_de_freed(1)
+    assert s.has_de_work(1)
     # The turn after engine 3's is engine 1's, whatever cycles of lost turns came between.
     placed = s.fetch_de_group(1, [_de_load(1, 1, 100), _de_load(2, 1, 100), _de_load(3, 1, 100)])
     assert [(r.request_id, e) for r, e in placed] == [(2, 1)]
+
+
+def test_round_robin_head_change_reopens_a_blocked_cycle() -> None:
+    """Lost turns count against one head: a request submitted into an empty global queue is a new head."""
+    s = RequestScheduler(pe_nodes={0: [0]}, de_nodes={1: [1], 2: [2]}, spec=SchedulerSpec(),
+                         read_path=make_read_path_policy("pe-read"), read_tokens_per_s={0: 1e6, 1: 1e6, 2: 1e6},
+                         alpha_tokens=1e6, beta_tokens=1e6, scheduling="round-robin")  # fmt: skip
+
+    def submit(rid: int, prompt: int) -> None:
+        s.submit(Request(request_id=rid, trajectory_id=rid, round_index=0, prompt_tokens=prompt, hit_tokens=0,
+                         gen_tokens=10, arrival_s=0.0))  # fmt: skip
+
+    submit(0, 90)  # needs 100 tokens of DE HBM
+    assert s.fetch_de_group(1, [_de_load(1, 1, 99)]) == []  # engine 1 loses its turn, engine 2's is next
+    assert s.has_de_work(2)
+    assert s.fetch_de_group(2, [_de_load(2, 2, 99)]) == []
+    assert not s.has_de_work(1) and not s.has_de_work(2)  # a whole cycle lost to request 0
+    submit(1, 10)  # behind the same head: still blocked
+    assert not s.has_de_work(1)
+    placed = s.fetch_de_group(1, [_de_load(1, 1, 99)])  # a fetch anyway places nothing and keeps the turn
+    assert placed == [] and s.global_queue_len == 2
+    s.note_de_freed(2)
+    assert [(r.request_id, e) for r, e in s.fetch_de_group(1, [_de_load(1, 1, 200)])] == [(0, 1)]
+    assert [(r.request_id, e) for r, e in s.fetch_de_group(2, [_de_load(2, 2, 20)])] == [(1, 2)]
+    assert not s.has_de_work(1)  # the global queue is empty
+    submit(2, 90)
+    assert s.has_de_work(1)

@@ -71,6 +71,10 @@ class RequestScheduler:
         self._de_queued = 0
         self._pe_queue: deque[Request] = deque()
         self._rr_de = 0
+        # Round robin: turns lost in a row since the head of the global queue or any DE's free HBM last
+        # changed. A whole cycle of them means no DE has room for the head until one frees
+        # (`has_de_work`), so every fetch until then would lose the same turns and end where it began.
+        self._rr_lost_turns = 0
         # DE groups whose private queue could move at their next fetch (`has_de_work`): routed to since
         # their last fetch, or one of their DEs freed since. A fetch leaves its group out of it: phase 2
         # is deterministic, so an unchanged queue stops at the same head again.
@@ -84,6 +88,8 @@ class RequestScheduler:
     # ---- intake -------------------------------------------------------------------------------
     def submit(self, request: Request) -> None:
         request.phase = Phase.QUEUED
+        if not self._global:
+            self._rr_lost_turns = 0  # a new head: the lost turns were lost to another request
         self._global.append(request)
 
     @property
@@ -115,12 +121,17 @@ class RequestScheduler:
 
         False when the global queue is empty and the group's private queue is empty or unchanged
         since the group's last fetch with no DE of the group freed since (`note_de_freed`): phase 2
-        is deterministic, so it would stop at the same head again.
+        is deterministic, so it would stop at the same head again. Round robin: False also once every
+        DE has lost a turn in a row to the same head with no DE freed since (`_rr_lost_turns`).
         """
+        if self.scheduling == "round-robin":
+            return bool(self._global) and self._rr_lost_turns < len(self._de_engines)
         return bool(self._global) or node_id in self._de_pending
 
     def note_de_freed(self, node_id: int) -> None:
-        """A request on this DE group finished: its HBM and tok_e fell, so its queue may move."""
+        """A request on this DE group finished or shrank: its HBM and tok_e fell, so its queue may move
+        (every release of DE HBM calls this)."""
+        self._rr_lost_turns = 0
         if self._de_queues[node_id]:
             self._de_pending.add(node_id)
         self._de_report_due.add(node_id)
@@ -203,15 +214,14 @@ class RequestScheduler:
         the cycle reaches another group's engine (that group takes them at its fetch). An engine
         without room loses its turn, so a full DE never blocks the cycle.
 
-        A whole cycle of lost turns ends the fetch: free HBM does not change within it, so every
-        further cycle would lose the same turns (with one DE group the loop would never end), and the
-        cycle position is back where it started.
+        A whole cycle of lost turns in a row (counted across fetches, `_rr_lost_turns`) ends the fetch:
+        until the head changes or a DE frees, every further cycle would lose the same turns (with one
+        DE group the loop would never end), and the cycle position is back where it started.
         """
         free = {x.engine_id: x.free_hbm_tokens for x in loads}
         engines = self._de_engines
         placed: list[tuple[Request, int]] = []
-        lost_turns = 0
-        while self._global and lost_turns < len(engines):
+        while self._global and self._rr_lost_turns < len(engines):
             engine = engines[self._rr_de % len(engines)]
             if engine not in free:
                 break  # another group's turn: it takes it at its own fetch
@@ -219,9 +229,9 @@ class RequestScheduler:
             if free[engine] >= self._global[0].total_tokens:  # no room: this engine loses its turn
                 free[engine] -= self._global[0].total_tokens
                 placed.append((self._global.popleft(), engine))
-                lost_turns = 0
+                self._rr_lost_turns = 0
             else:
-                lost_turns += 1
+                self._rr_lost_turns += 1
         return placed
 
     # ---- PE fetch (§6.1, §6.3) ----------------------------------------------------------------
