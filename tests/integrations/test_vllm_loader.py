@@ -1,16 +1,18 @@
-"""KvLoader and DeReadService without vLLM: Full Blocks gathered from one paged cache land, layer by layer and
-on both read paths, in another paged cache; a corrupt or missing block is reported, never copied."""
+"""KvLoader and DeReadService without vLLM: Full Blocks gathered from one paged cache are staged layer by
+layer on both read paths and copied into another paged cache; a corrupt or missing block is marked bad and
+never copied."""
 
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 import pytest
 import torch
 
 from dualpath.integrations.vllm.de_service import DeReadService, make_snic
-from dualpath.integrations.vllm.loader import KvLoader
+from dualpath.integrations.vllm.loader import KvLoader, Staging
 from dualpath.integrations.vllm.paged import full_block, layer_block_bytes
 from dualpath.integrations.vllm.plan import LoadSpec, spans
 from dualpath.kvcache import FileStore, block_keys
@@ -48,6 +50,14 @@ def make_loader(store: FileStore, dest: list[torch.Tensor], **kw: object) -> KvL
     )
 
 
+def stage_and_wait(loader: KvLoader, spec: LoadSpec) -> tuple[Staging, list[int]]:
+    """Stage a hit; returns it once every layer has landed, with the order the layers landed in."""
+    ready, landed = threading.Event(), []
+    st = loader.stage(spec, on_layer=lambda st, layer: landed.append(layer), on_ready=lambda st: ready.set())
+    assert ready.wait(10), "the hit never finished staging"
+    return st, landed
+
+
 def test_pe_read_path_lands_every_layer_in_the_paged_cache(tmp_path: Path) -> None:
     store = FileStore(tmp_path, 2**30)
     source, dest = paged_cache(1), paged_cache(None)
@@ -61,11 +71,12 @@ def test_pe_read_path_lands_every_layer_in_the_paged_cache(tmp_path: Path) -> No
             blocks=spans(keys, 0, 2, [3, 4, 9, 10], PER_FULL),
             tokens=128,
         )
-        loads = loader.start([spec])
+        st, landed = stage_and_wait(loader, spec)
+        assert sorted(landed) == list(range(LAYERS)) and st.read_path == "pe"
         for layer in range(LAYERS):
-            loads.wait(layer, 10)
+            loader.copy_layer(st, layer)
             assert torch.equal(dest[layer][[3, 4, 9, 10]], source[layer][[5, 1, 8, 2]])
-        assert loads.invalid_block_ids == set()
+        assert st.bad_vllm_block_ids() == set()
         assert loader.snic.rx.stats().total_bytes == 2 * LAYERS * layer_block_bytes(dest[0], PER_FULL)
         assert torch.count_nonzero(dest[0][[0, 1, 2, 5]]) == 0  # nothing else was touched
     finally:
@@ -91,9 +102,10 @@ def test_de_read_path_reads_through_the_decode_snic_and_writes_into_the_prefill_
             blocks=spans(keys, 0, 3, [6, 7, 8, 9, 10, 11], 2),
             tokens=192,
         )
-        loads = loader.start([spec])
-        loads.wait_all(10)
+        st, landed = stage_and_wait(loader, spec)
+        assert landed == list(range(LAYERS)) and st.read_path == "de"  # layer 0 first, in order
         for layer in range(LAYERS):
+            loader.copy_layer(st, layer)
             assert torch.equal(dest[layer][6:12], source[layer][0:6])
         lb = layer_block_bytes(dest[0], PER_FULL)
         assert de.snic.rx.stats().total_bytes == 3 * LAYERS * lb  # the decode side's SNIC read the hit
@@ -127,10 +139,11 @@ def test_a_corrupt_or_missing_block_is_reported_and_not_copied(tmp_path: Path, r
             blocks=spans(keys, 0, 3, [6, 7, 8, 9, 10, 11], 2),
             tokens=192,
         )
-        loads = loader.start([spec])
-        loads.wait_all(10)
-        assert loads.invalid_block_ids >= {8, 9, 10, 11}
-        assert {6, 7}.isdisjoint(loads.invalid_block_ids)
+        st, _ = stage_and_wait(loader, spec)
+        assert st.bad_blocks == {1, 2} and st.first_bad() == 1
+        assert st.bad_vllm_block_ids() == {8, 9, 10, 11}
+        for layer in range(LAYERS):
+            loader.copy_layer(st, layer)
         assert torch.equal(dest[LAYERS - 1][6:8], source[LAYERS - 1][0:2])
         assert torch.count_nonzero(dest[1][8:10]) == 0  # the corrupt Layer Block never reached the cache
     finally:

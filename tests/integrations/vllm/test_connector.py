@@ -1,9 +1,9 @@
 """DualPathConnector inside a real vLLM engine (CPU build): greedy outputs over multi-round trajectories with
-store hits equal vLLM without any connector, on both read paths; loads overlap compute layer by layer; a
-corrupt block is recomputed, never served.
+store hits equal vLLM without any connector, on both read paths and in both load modes; layerwise loads
+overlap compute; a corrupt block is recomputed, never served.
 
 One reference engine (no connector, prefix caching off) runs every trajectory first; then one engine with the
-connector runs them again. A trajectory's round r+1 prompt is round r's prompt + its output + an append, as in
+connector per load mode runs them again. A trajectory's round r+1 prompt is round r's prompt + its output + an append, as in
 an agentic session, so rounds ≥ 2 hit the blocks round r persisted.
 """
 
@@ -124,6 +124,7 @@ def reference(model_dir: Path) -> dict[str, list[tuple[list[int], list[int]]]]:
 @dataclass
 class Engine:
     llm: LLM
+    load_mode: str
     store_dir: Path
     de: DeReadService
 
@@ -132,15 +133,19 @@ class Engine:
         return get_kv_transfer_group()  # the worker-side connector of this process's engine
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="module", params=["staged", "layerwise"])
 def engine(
-    model_dir: Path, reference: dict[str, Any], tmp_path_factory: pytest.TempPathFactory
+    request: pytest.FixtureRequest,
+    model_dir: Path,
+    reference: dict[str, Any],
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Engine]:
-    store_dir = tmp_path_factory.mktemp("kvstore")
+    load_mode = request.param
+    store_dir = tmp_path_factory.mktemp(f"kvstore-{load_mode}")
     # The decode side of the DE read path: the same service a decode instance's connector runs
     # (de_serve_endpoint), here on its own, reading through its own SNIC.
     de = DeReadService(
-        endpoint="de0",
+        endpoint=f"de-{load_mode}",
         namespace=NAMESPACE,
         store=FileStore(store_dir, 2**30),
         snic=make_snic("de0.snic", 4e6),
@@ -152,17 +157,18 @@ def engine(
         kv_load_failure_policy="recompute",
         kv_connector_extra_config={
             "store_dir": str(store_dir),
+            "load_mode": load_mode,
             "snic_bytes_per_s": 4e6,  # emulated SNIC: a layer's reads take tens of ms, longer than its compute
-            "endpoint": "pe0",
+            "endpoint": f"pe-{load_mode}",
             "namespace": NAMESPACE,
-            "de_endpoint": "de0",
+            "de_endpoint": f"de-{load_mode}",
             "persist_wait": True,
             "record_timeline": True,
         },
     )
     llm = LLM(**engine_args(model_dir, kv_transfer_config=kv))
     try:
-        yield Engine(llm=llm, store_dir=store_dir, de=de)
+        yield Engine(llm=llm, load_mode=load_mode, store_dir=store_dir, de=de)
     finally:
         shut_down(llm)
         de.close()
@@ -186,7 +192,8 @@ def test_de_read_path_multi_round_equals_reference(engine: Engine, reference: di
     assert c.snic.rx.stats().total_bytes == pe_before  # ...and the prefill side's SNIC read none
 
 
-def test_layer_compute_starts_before_the_next_layer_has_arrived(engine: Engine) -> None:
+@pytest.mark.parametrize("engine", ["layerwise"], indirect=True)
+def test_layerwise_compute_starts_before_the_next_layer_has_arrived(engine: Engine) -> None:
     timelines = [t for t in engine.connector.timelines if len(t.compute_start_s) == len(t.landed_s)]
     assert timelines, "no step loaded a hit"
     for t in timelines:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 READ_PATHS = ("pe", "de")
+LOAD_MODES = ("staged", "layerwise")  # connector.py says what each does
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -19,6 +20,7 @@ class ConnectorConfig:
     store_capacity_bytes: int = 64 * 2**30
     # Full Block = this many vLLM blocks (paper §4.1: a Full Block is the unit of storage).
     full_block_vllm_blocks: int = 1
+    load_mode: str = "staged"
     # Emulated SNIC of this instance (paper §2.3, EMULATION); 0 = no limit (a real NIC, or tests).
     snic_bytes_per_s: float = 0.0
     # Default read path for a hit when the request's kv_transfer_params name none (paper §4: PE or DE read).
@@ -41,6 +43,8 @@ class ConnectorConfig:
             raise ValueError("kv_connector_extra_config needs 'store_dir' (the DualPath FileStore directory)")
         if self.read_path not in READ_PATHS:
             raise ValueError(f"read_path must be one of {READ_PATHS}, got {self.read_path!r}")
+        if self.load_mode not in LOAD_MODES:
+            raise ValueError(f"load_mode must be one of {LOAD_MODES}, got {self.load_mode!r}")
         if self.full_block_vllm_blocks <= 0:
             raise ValueError(f"full_block_vllm_blocks must be positive, got {self.full_block_vllm_blocks}")
         if self.snic_bytes_per_s < 0:

@@ -10,21 +10,31 @@ One class serves both of vLLM's roles:
 
     scheduler side  get_num_new_matched_tokens  hit length: leading Full Blocks of the prompt in the store
                     update_state_after_alloc    the hit's vLLM blocks and its read path (PE or DE)
-                    build_connector_meta        this step's loads, and the Full Blocks complete after it
+                    build_connector_meta        this step's reads and copies, and the Full Blocks complete after it
                     update_connector_output     a failed load: persist those blocks again once recomputed
-    worker side     start_load_kv               start reading every layer of the hit (KvLoader)
-                    wait_for_layer_load(l)      block until layer l is in the paged cache
+    worker side     bind_connector_metadata     start this step's reads (both modes) and copies (staged)
+                    wait_for_layer_load(l)      block until layer l of this step's hits is in the paged cache
                     save_kv_layer(l)            layer l computed (timeline only)
-                    wait_for_save               all loads landed; copy the new Full Blocks out, persist them
+                    wait_for_save               all of this step's loads landed; persist the new Full Blocks
+                    get_finished                staged hits now in DRAM (vLLM may schedule those requests)
                     get_block_ids_with_load_errors   blocks that were missing or failed their checksum
 
+Two load modes (`load_mode`):
+
+    staged     (paper §4.1) the hit is read asynchronously into this node's DRAM (vLLM's async load: the
+               request waits, the batch goes on), then copied layer by layer into the paged cache inside the
+               forward pass that computes the request: wait_for_layer_load(l) waits for layer l's copy only
+    layerwise  the hit is read from storage inside the forward pass, layer 0 first, and each layer goes to the
+               paged cache as it lands: layer i computes while layer i+1 is still read; the whole step waits
+               for its reads, so this suits storage that is fast next to compute
+
 The read path of a request is `kv_transfer_params["dualpath"]["read_path"]` ("pe" or "de", with
-"de_endpoint"), else the configured default. Sync loads (not vLLM's async mode) keep the load inside the
-forward pass, which is what lets layer i+1 load under layer i's compute (paper §4.1).
+"de_endpoint"), else the configured default.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -40,7 +50,7 @@ from vllm.model_executor.models.utils import extract_layer_index
 from dualpath.integrations.vllm.config import ConnectorConfig
 from dualpath.integrations.vllm.de_service import DeReadService, make_snic
 from dualpath.integrations.vllm.layer_wait import LayerLoads, LoadTimeout
-from dualpath.integrations.vllm.loader import KvLoader
+from dualpath.integrations.vllm.loader import KvLoader, Staging
 from dualpath.integrations.vllm.paged import full_block, layer_block_bytes
 from dualpath.integrations.vllm.plan import (
     LoadSpec,
@@ -69,13 +79,15 @@ LOAD_TIMEOUT_S = 120.0
 
 @dataclass
 class DualPathMetadata(KVConnectorMetadata):
-    loads: tuple[LoadSpec, ...] = ()
+    stage: tuple[LoadSpec, ...] = ()  # staged mode: start reading into DRAM (the request waits)
+    copy: tuple[str, ...] = ()  # staged mode: requests whose staged hit goes to the paged cache this step
+    loads: tuple[LoadSpec, ...] = ()  # layerwise mode: read into the paged cache during this step
     saves: tuple[SaveSpec, ...] = ()
 
 
 @dataclass
 class StepTimeline:
-    """Hook times of one step with loads (monotonic seconds), per layer."""
+    """Hook times of one step that loaded KV (monotonic seconds), per layer."""
 
     landed_s: list[float]
     compute_start_s: list[float] = field(default_factory=list)
@@ -83,9 +95,9 @@ class StepTimeline:
 
 
 @dataclass
-class _Pending:
+class _Loaded:
     spec: LoadSpec
-    first_block: int
+    first_block: int  # index of the spec's first Full Block in the request's chain
 
 
 class DualPathConnector(KVConnectorBase_V1):
@@ -94,6 +106,7 @@ class DualPathConnector(KVConnectorBase_V1):
     ) -> None:
         super().__init__(vllm_config=vllm_config, role=role, kv_cache_config=kv_cache_config)
         self.config = ConnectorConfig.from_extra(self._kv_transfer_config.kv_connector_extra_config or {})
+        self.staged = self.config.load_mode == "staged"
         self.vllm_block_tokens = vllm_config.cache_config.block_size
         self.per_full_block = self.config.full_block_vllm_blocks
         self.full_block_tokens = self.vllm_block_tokens * self.per_full_block
@@ -101,9 +114,10 @@ class DualPathConnector(KVConnectorBase_V1):
         # scheduler side
         self._live: dict[str, Request] = {}
         self._tracks: dict[str, RequestTrack] = {}
-        self._loaded: dict[str, _Pending] = {}
-        self._pending: dict[str, _Pending] = {}
         self._hits: dict[str, list[bytes]] = {}
+        self._pending: dict[str, _Loaded] = {}  # allocated, not yet sent to the worker
+        self._loaded: dict[str, _Loaded] = {}  # sent to the worker (kept to undo persistence on failure)
+        self._awaiting_copy: set[str] = set()  # staged: copy into the paged cache when next scheduled
         # worker side
         self._layer_index: dict[str, int] = {}
         self._kv_layers: list[torch.Tensor] = []
@@ -111,7 +125,10 @@ class DualPathConnector(KVConnectorBase_V1):
         self._writer: StorageWriter | None = None
         self._de_service: DeReadService | None = None
         self._step: LayerLoads | None = None
-        self._step_failed: set[str] = set()
+        self._step_stagings: list[Staging] = []
+        self._staged: dict[str, Staging] = {}
+        self._ready: list[Staging] = []
+        self._ready_lock = threading.Lock()
         self._invalid: set[int] = set()
         self.timelines: list[StepTimeline] = []
         self.snic = make_snic(f"{self.config.endpoint or 'vllm'}.snic", self.config.snic_bytes_per_s)
@@ -135,7 +152,8 @@ class DualPathConnector(KVConnectorBase_V1):
             request.prompt_token_ids or [], self.full_block_tokens, self._on_disk, start_block=first
         )
         self._hits[request.request_id] = keys
-        return max(0, (hit - first) * self.full_block_tokens), False
+        tokens = max(0, (hit - first) * self.full_block_tokens)
+        return tokens, self.staged and tokens > 0
 
     def _on_disk(self, key: bytes) -> bool:
         # The file, not this process's index: the worker's store drops a corrupt block from disk.
@@ -151,43 +169,50 @@ class DualPathConnector(KVConnectorBase_V1):
             return
         keys = self._hits.pop(rid)
         n = num_external_tokens // self.full_block_tokens
-        local_tokens = request.num_computed_tokens  # tokens vLLM already had before this hit
-        first = local_tokens // self.full_block_tokens
+        first = request.num_computed_tokens // self.full_block_tokens  # tokens vLLM had before this hit
         params = (request.kv_transfer_params or {}).get("dualpath", {})
-        read_path = params.get("read_path", self.config.read_path)
         spec = LoadSpec(
             request_id=rid,
-            read_path=read_path,
+            read_path=params.get("read_path", self.config.read_path),
             de_endpoint=params.get("de_endpoint", self.config.de_endpoint),
             blocks=spans(keys, first, first + n, blocks.get_block_ids()[0], self.per_full_block),
             tokens=num_external_tokens,
         )
-        self._pending[rid] = _Pending(spec=spec, first_block=first)
+        self._pending[rid] = _Loaded(spec=spec, first_block=first)
         track.keys = list(keys[: first + n])
-        track.persisted_blocks = max(track.persisted_blocks, first + n)
+        track.persisted_blocks = first + n  # the hit is in the store already
 
     def build_connector_meta(self, scheduler_output: SchedulerOutput) -> KVConnectorMetadata:
-        loads = tuple(p.spec for p in self._pending.values())
+        specs = tuple(p.spec for p in self._pending.values())
         self._loaded.update(self._pending)
         self._pending.clear()
-        saves = []
+        scheduled = scheduler_output.num_scheduled_tokens
+        copy = tuple(rid for rid in self._awaiting_copy if rid in scheduled)
+        self._awaiting_copy.difference_update(copy)
+        if self.staged:
+            self._awaiting_copy.update(s.request_id for s in specs)
         assert self._kv_cache_manager is not None, "vLLM binds the cache manager before scheduling"
-        for rid, scheduled in scheduler_output.num_scheduled_tokens.items():
-            track = self._tracks.get(rid)
-            request = self._live.get(rid)
+        saves = []
+        for rid, tokens in scheduled.items():
+            track, request = self._tracks.get(rid), self._live.get(rid)
             if track is None or request is None:
                 continue
             blocks = blocks_to_persist(
                 track,
                 request.all_token_ids,
-                request.num_computed_tokens + scheduled,
+                request.num_computed_tokens + tokens,
                 self._kv_cache_manager.get_block_ids(rid)[0],
                 self.per_full_block,
                 self.full_block_tokens,
             )
             if blocks:
                 saves.append(SaveSpec(request_id=rid, blocks=blocks))
-        return DualPathMetadata(loads=loads, saves=tuple(saves))
+        return DualPathMetadata(
+            stage=specs if self.staged else (),
+            copy=copy,
+            loads=() if self.staged else specs,
+            saves=tuple(saves),
+        )
 
     def update_connector_output(self, connector_output: KVConnectorOutput) -> None:
         invalid = connector_output.invalid_block_ids or set()
@@ -206,6 +231,7 @@ class DualPathConnector(KVConnectorBase_V1):
         rid = request.request_id
         for table in (self._tracks, self._loaded, self._pending, self._hits, self._live):
             table.pop(rid, None)
+        self._awaiting_copy.discard(rid)
         return False, None
 
     # ================================ worker side ===================================================
@@ -213,34 +239,73 @@ class DualPathConnector(KVConnectorBase_V1):
         names = sorted(kv_caches, key=extract_layer_index)
         self._layer_index = {name: i for i, name in enumerate(names)}
         self._kv_layers = [kv_caches[n] for n in names]
-        lb = layer_block_bytes(self._kv_layers[0], self.per_full_block)
         self._loader = KvLoader(
             store=self.store,
             snic=self.snic,
             kv_layers=self._kv_layers,
-            layer_block_bytes=lb,
+            layer_block_bytes=layer_block_bytes(self._kv_layers[0], self.per_full_block),
             endpoint=self.config.endpoint,
             namespace=self.config.namespace,
             de_buffer_bytes=self.config.de_buffer_bytes if self.config.endpoint else 0,
         )
         self._writer = StorageWriter(self.store, self.snic)
 
-    def start_load_kv(self, forward_context: ForwardContext, **kwargs: Any) -> None:
-        meta = self._get_connector_metadata()
-        assert isinstance(meta, DualPathMetadata)
-        if not meta.loads or self._loader is None:
+    def bind_connector_metadata(self, connector_metadata: KVConnectorMetadata) -> None:
+        # Every load starts here, before the forward pass: vLLM calls start_load_kv after the forward when
+        # a step has no synchronous load, and a staged hit's copy must precede the layers that read it.
+        super().bind_connector_metadata(connector_metadata)
+        assert isinstance(connector_metadata, DualPathMetadata)
+        if self._loader is not None:
+            self._begin_step(self._loader, connector_metadata)
+
+    def _begin_step(self, loader: KvLoader, meta: DualPathMetadata) -> None:
+        for spec in meta.stage:
+            old = self._staged.pop(spec.request_id, None)
+            if old is not None:
+                loader.release(old)
+            self._staged[spec.request_id] = loader.stage(spec, on_ready=self._staging_ready)
+        copies = [self._staged.pop(rid) for rid in meta.copy if rid in self._staged]
+        if not meta.loads and not copies:
             self._step = None
             return
-        self._step = self._loader.start(meta.loads)
+        step = LayerLoads(loader.num_layers)
+        self._step, self._step_stagings = step, list(copies)
+        for layer in range(loader.num_layers):
+            step.expect(layer, len(meta.loads) + (1 if copies else 0))
+        for spec in meta.loads:
+            self._step_stagings.append(
+                loader.stage(spec, on_layer=lambda st, layer: self._layer_landed(loader, st, layer, step))
+            )
+        if copies:
+            threading.Thread(target=self._copy_staged, args=(loader, copies, step), daemon=True).start()
         if self.config.record_timeline:
-            self.timelines.append(StepTimeline(landed_s=self._step.landed_at_s))
+            self.timelines.append(StepTimeline(landed_s=step.landed_at_s))
+
+    def _layer_landed(self, loader: KvLoader, st: Staging, layer: int, step: LayerLoads) -> None:
+        try:
+            loader.copy_layer(st, layer)
+        except Exception:  # the whole hit is recomputed instead
+            st.bad_blocks.update(range(len(st.spec.blocks)))
+        step.done(layer, invalid_ids=st.bad_vllm_block_ids())
+
+    def _copy_staged(self, loader: KvLoader, copies: list[Staging], step: LayerLoads) -> None:
+        for layer in range(loader.num_layers):
+            for st in copies:
+                loader.copy_layer(st, layer)
+            step.done(layer)
+
+    def _staging_ready(self, st: Staging) -> None:
+        with self._ready_lock:
+            self._ready.append(st)
+
+    def start_load_kv(self, forward_context: ForwardContext, **kwargs: Any) -> None:
+        return  # started in bind_connector_metadata
 
     def wait_for_layer_load(self, layer_name: str) -> None:
         if self._step is None:
             return
-        layer = self._layer_index[layer_name]
         try:
-            self._step.wait(layer, LOAD_TIMEOUT_S)
+            self._step.wait(self._layer_index[layer_name], LOAD_TIMEOUT_S)
         except LoadTimeout:
             self._fail_step()
         if self.config.record_timeline and self.timelines:
@@ -256,21 +321,27 @@ class DualPathConnector(KVConnectorBase_V1):
         meta = self._get_connector_metadata()
         assert isinstance(meta, DualPathMetadata)
         failed: set[str] = set()
+        layerwise = {s.request_id for s in meta.loads}
         if self._step is not None:
             try:
                 self._step.wait_all(LOAD_TIMEOUT_S)
             except LoadTimeout:
                 self._fail_step()
-            invalid = self._step.invalid_block_ids
-            self._invalid |= invalid
-            failed = {s.request_id for s in meta.loads if invalid.intersection(_ids(s))}
-            self._step = None
+            for st in self._step_stagings:
+                bad = st.bad_vllm_block_ids()
+                if bad and st.spec.request_id in layerwise:
+                    failed.add(st.spec.request_id)
+                    self._invalid |= bad
+                if self._loader is not None:
+                    self._loader.release(st)
+            self._step, self._step_stagings = None, []
         self._persist(meta.saves, skip=failed)
 
     def _fail_step(self) -> None:
-        meta = self._get_connector_metadata()
-        assert isinstance(meta, DualPathMetadata) and self._step is not None
-        self._step.fail_all(i for s in meta.loads for i in _ids(s))
+        assert self._step is not None
+        self._step.fail_all(())
+        for st in self._step_stagings:
+            st.bad_blocks.update(range(len(st.spec.blocks)))
 
     def _persist(self, saves: tuple[SaveSpec, ...], *, skip: set[str]) -> None:
         # A request whose load failed computed this step on top of bad KV: none of its blocks are kept.
@@ -287,9 +358,27 @@ class DualPathConnector(KVConnectorBase_V1):
         ]
         if not writes or self._writer is None:
             return
-        future = self._writer.submit(WriteJob(job_id=f"persist-{time.monotonic_ns()}", blocks=tuple(writes)))
+        job = WriteJob(job_id=f"persist-{time.monotonic_ns()}", blocks=tuple(writes))
+        future = self._writer.submit(job)
         if self.config.persist_wait:
             future.result()
+
+    def get_finished(self, finished_req_ids: set[str]) -> tuple[set[str] | None, set[str] | None]:
+        """Staged hits now in DRAM; their bad blocks go out in the same pass (vLLM's contract)."""
+        with self._ready_lock:
+            ready, self._ready = self._ready, []
+        now = time.monotonic()
+        for st in self._staged.values():  # a staging that never finishes is given up, so its request goes on
+            if not st.ready and now - st.started_s > LOAD_TIMEOUT_S and self._loader is not None:
+                self._loader.abandon(st)
+                ready.append(st)
+        for st in ready:
+            self._invalid |= st.bad_vllm_block_ids()
+        for rid in finished_req_ids:  # finished (or aborted) before its staged hit was used
+            st = self._staged.pop(rid, None)
+            if st is not None and self._loader is not None:
+                self._loader.release(st)
+        return None, {st.spec.request_id for st in ready} or None
 
     def get_block_ids_with_load_errors(self) -> set[int]:
         out, self._invalid = self._invalid, set()
@@ -302,7 +391,3 @@ class DualPathConnector(KVConnectorBase_V1):
             self._writer.close()
         if self._de_service is not None:
             self._de_service.close()
-
-
-def _ids(spec: LoadSpec) -> list[int]:
-    return [i for b in spec.blocks for i in b.vllm_block_ids]

@@ -1,26 +1,30 @@
-"""Worker-side loading of a step's hits into vLLM's paged cache, layer by layer, on either read path.
+"""Worker-side reads of a hit into this node's DRAM, then into vLLM's paged cache, on either read path.
 
-    PE read path: this instance's StorageReader reads Layer Block l of each hit block through its own SNIC
-                  (one pread each), then copies it into the paged cache; layer l is then done.
-    DE read path: a DeReadService on the decode side reads through *its* SNIC and writes each Layer Block into
-                  this instance's registered buffer; a notice thread copies it into the paged cache.
+    staging  Layer Block l of Full Block i lands at (l·n + i)·LB of the request's DRAM region (layer-major),
+             layer 0 first, so a layer can move on to the paged cache while later layers are still read:
+      PE read path: this node's StorageReader reads each Layer Block through its own SNIC (one pread each).
+      DE read path: a DeReadService on a decode node reads through *its* SNIC and writes each Layer Block
+                    into this node's registered receive buffer (paper §4.1, Fig. 4b); a notice per block.
+    copy_layer  one layer of the valid Full Blocks from the DRAM region into the paged cache
 
-Both walk the layers in order, so layer 0 lands first and `LayerLoads.wait(l)` lets vLLM compute layer l while
-layers > l are still in flight (paper §4.1). A failed block's vLLM blocks are collected as invalid.
+Callers decide when layers move to the paged cache: as each lands, inside a forward pass (layerwise loads), or
+after the whole hit is staged, in the later forward pass that computes the request (staged loads). A Full Block
+that is missing or fails its checksum is marked bad at the layer that found it and is never copied after that.
 """
 
 from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
+from dualpath.integrations.vllm.buffer_pool import BufferPool
 from dualpath.integrations.vllm.de_service import RECEIVE_BUFFER
-from dualpath.integrations.vllm.layer_wait import LayerLoads
 from dualpath.integrations.vllm.paged import write_layer_block
 from dualpath.integrations.vllm.plan import LoadSpec
 from dualpath.kvcache import KVStore, key_hex
@@ -29,11 +33,32 @@ from dualpath.transfer.shm_backend import default_ipc_address
 from dualpath.transfer.storage_io import StorageReader
 
 
-@dataclass
-class _DeJob:
+@dataclass(eq=False)
+class Staging:
+    """One request's hit on its way from storage into this node's DRAM."""
+
     spec: LoadSpec
-    loads: LayerLoads
-    offset_bytes: int
+    region: memoryview
+    offset_bytes: int  # in the receive buffer; -1 for a private DRAM region
+    read_path: str  # the path actually taken ("de" falls back to "pe" when the receive buffer is full)
+    layers_left: int
+    on_layer: LayerLanded | None = None
+    on_ready: Callable[[Staging], None] | None = None
+    bad_blocks: set[int] = field(default_factory=set)  # indices into spec.blocks
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    started_s: float = field(default_factory=time.monotonic)
+    ready: bool = False  # every layer landed (or the staging was abandoned)
+    abandoned: bool = False
+
+    def first_bad(self) -> int:
+        """Full Blocks before the first bad one are valid: vLLM recomputes from the first bad one on."""
+        return min(self.bad_blocks, default=len(self.spec.blocks))
+
+    def bad_vllm_block_ids(self) -> set[int]:
+        return {i for j in self.bad_blocks for i in self.spec.blocks[j].vllm_block_ids}
+
+
+LayerLanded = Callable[[Staging, int], None]
 
 
 class KvLoader:
@@ -54,98 +79,132 @@ class KvLoader:
         self._reader = StorageReader(store, snic)
         self._seq = itertools.count()
         self._lock = threading.Lock()
-        self._de_jobs: dict[str, _DeJob] = {}
-        self._de_cursor = 0
+        self._de_jobs: dict[str, tuple[Staging, list[int]]] = {}  # job -> staging, notices left per layer
         self._de_peers: set[str] = set()
         self.endpoint = endpoint
         self.namespace = namespace
         self._backend: SharedMemoryBackend | None = None
+        self._pool = BufferPool(0)
         self._stop = threading.Event()
         if endpoint and de_buffer_bytes:
             self._backend = SharedMemoryBackend(endpoint, namespace=namespace)
             self._receive = self._backend.register_buffer(RECEIVE_BUFFER, de_buffer_bytes)
+            self._pool = BufferPool(de_buffer_bytes)
             self._thread = threading.Thread(target=self._notices, name=f"{endpoint}-notices", daemon=True)
             self._thread.start()
 
-    # ---- one step --------------------------------------------------------------------------------
-    def start(self, specs: Sequence[LoadSpec]) -> LayerLoads:
-        loads = LayerLoads(len(self.kv_layers))
-        self._de_cursor = 0  # the previous step waited for all its loads: the receive buffer is free
-        for spec in specs:
-            if spec.read_path == "de" and self._de_fits(spec):
-                self._start_de(spec, loads)
-            else:
-                self._start_pe(spec, loads)
-        return loads
+    @property
+    def num_layers(self) -> int:
+        return len(self.kv_layers)
 
-    def _de_fits(self, spec: LoadSpec) -> bool:
-        need = len(spec.blocks) * len(self.kv_layers) * self.layer_block_bytes
-        return (
-            self._backend is not None
-            and bool(spec.de_endpoint)
-            and self._de_cursor + need <= self._receive.nbytes
+    # ---- staging ---------------------------------------------------------------------------------
+    def stage(
+        self,
+        spec: LoadSpec,
+        *,
+        on_layer: LayerLanded | None = None,
+        on_ready: Callable[[Staging], None] | None = None,
+    ) -> Staging:
+        """Start reading the hit; `on_layer(staging, l)` runs as layer l lands, `on_ready` once all have."""
+        nbytes = len(spec.blocks) * self.num_layers * self.layer_block_bytes
+        offset = -1
+        if spec.read_path == "de" and spec.de_endpoint and self._backend is not None:
+            offset = self._pool.allocate(nbytes) if nbytes else None
+            offset = -1 if offset is None else offset
+        # DE reads land in the registered receive buffer; PE reads in a private DRAM region.
+        region = self._receive[offset : offset + nbytes] if offset >= 0 else memoryview(bytearray(nbytes))
+        st = Staging(
+            spec=spec,
+            region=region,
+            offset_bytes=offset,
+            read_path="de" if offset >= 0 else "pe",
+            layers_left=self.num_layers,
+            on_layer=on_layer,
+            on_ready=on_ready,
         )
+        if st.read_path == "de":
+            self._start_de(st)
+        else:
+            self._start_pe(st)
+        return st
+
+    def _landed(self, st: Staging, layer: int, bad: Sequence[int]) -> None:
+        with st.lock:
+            if st.abandoned:
+                return
+            st.bad_blocks.update(bad)
+            st.layers_left -= 1
+            ready = st.ready = st.layers_left == 0
+        if st.on_layer is not None:
+            st.on_layer(st, layer)
+        if ready and st.on_ready is not None:
+            st.on_ready(st)
+
+    def copy_layer(self, st: Staging, layer: int) -> None:
+        """Layer `layer` of the valid Full Blocks (those before the first bad one) into the paged cache."""
+        lb, n = self.layer_block_bytes, len(st.spec.blocks)
+        for i in range(st.first_bad()):
+            at = (layer * n + i) * lb
+            write_layer_block(
+                self.kv_layers[layer], st.spec.blocks[i].vllm_block_ids, st.region[at : at + lb]
+            )
+
+    def abandon(self, st: Staging) -> None:
+        """Give up on a staging that never finished (a lost DE read): every block is bad, and its receive
+        range is never reused, as a late write may still land there."""
+        with st.lock:
+            st.abandoned = st.ready = True
+            st.bad_blocks.update(range(len(st.spec.blocks)))
+            st.offset_bytes = -1
+
+    def release(self, st: Staging) -> None:
+        if st.offset_bytes >= 0:
+            self._pool.release(st.offset_bytes, st.region.nbytes)
+            st.offset_bytes = -1
 
     # ---- PE read path ----------------------------------------------------------------------------
-    def _start_pe(self, spec: LoadSpec, loads: LayerLoads) -> None:
-        lb = self.layer_block_bytes
+    def _start_pe(self, st: Staging) -> None:
+        lb, n = self.layer_block_bytes, len(st.spec.blocks)
         seq = next(self._seq)
-        for layer in range(len(self.kv_layers)):
-            loads.expect(layer, 1)
-            staging = memoryview(bytearray(lb * len(spec.blocks)))
+        for layer in range(self.num_layers):
+            base = layer * n * lb
             blocks = tuple(
-                BlockRead(key=b.key, out=staging[i * lb : (i + 1) * lb], layer=layer)
-                for i, b in enumerate(spec.blocks)
+                BlockRead(key=b.key, out=st.region[base + i * lb : base + (i + 1) * lb], layer=layer)
+                for i, b in enumerate(st.spec.blocks)
             )
-            job = ReadJob(job_id=f"{spec.request_id}:{seq}:{layer}", blocks=blocks, tokens=spec.tokens)
-            future = self._reader.submit(job)
-            future.add_done_callback(
-                lambda f, layer=layer, staging=staging: self._pe_landed(f, spec, layer, staging, loads)
+            job = ReadJob(job_id=f"{st.spec.request_id}:{seq}:{layer}", blocks=blocks, tokens=st.spec.tokens)
+            self._reader.submit(job).add_done_callback(
+                lambda f, layer=layer: self._pe_landed(f, st, layer)  # type: ignore[misc]
             )
 
-    def _pe_landed(
-        self, future: Future[ReadResult], spec: LoadSpec, layer: int, staging: memoryview, loads: LayerLoads
-    ) -> None:
-        invalid: list[int] = []
+    def _pe_landed(self, future: Future[ReadResult], st: Staging, layer: int) -> None:
         try:
             ok = set(future.result().ok_keys)
-            lb = self.layer_block_bytes
-            for i, block in enumerate(spec.blocks):
-                if block.key in ok:
-                    write_layer_block(
-                        self.kv_layers[layer], block.vllm_block_ids, staging[i * lb : (i + 1) * lb]
-                    )
-                else:
-                    invalid.extend(block.vllm_block_ids)
-        except Exception:  # never leave a layer pending: the whole request's hit is recomputed instead
-            invalid = [i for b in spec.blocks for i in b.vllm_block_ids]
-        loads.done(layer, invalid_ids=invalid)
+            bad = [i for i, b in enumerate(st.spec.blocks) if b.key not in ok]
+        except Exception:  # never leave a layer pending: the whole hit is recomputed instead
+            bad = list(range(len(st.spec.blocks)))
+        self._landed(st, layer, bad)
 
     # ---- DE read path ----------------------------------------------------------------------------
-    def _start_de(self, spec: LoadSpec, loads: LayerLoads) -> None:
+    def _start_de(self, st: Staging) -> None:
         assert self._backend is not None
         job_id = f"{self.endpoint}:{next(self._seq)}"
-        offset = self._de_cursor
-        self._de_cursor += len(spec.blocks) * len(self.kv_layers) * self.layer_block_bytes
-        for layer in range(len(self.kv_layers)):
-            loads.expect(layer, len(spec.blocks))
+        peer = st.spec.de_endpoint
         with self._lock:
-            self._de_jobs[job_id] = _DeJob(spec=spec, loads=loads, offset_bytes=offset)
-            if spec.de_endpoint not in self._de_peers:
-                self._backend.add_peer(
-                    spec.de_endpoint, default_ipc_address(self.namespace, spec.de_endpoint)
-                )
-                self._de_peers.add(spec.de_endpoint)
+            self._de_jobs[job_id] = (st, [len(st.spec.blocks)] * self.num_layers)
+            if peer not in self._de_peers:
+                self._backend.add_peer(peer, default_ipc_address(self.namespace, peer))
+                self._de_peers.add(peer)
         self._backend.notify(
-            spec.de_endpoint,
+            peer,
             {
                 "op": "read",
                 "job": job_id,
                 "reply_to": self.endpoint,
-                "keys": [key_hex(b.key) for b in spec.blocks],
-                "num_layers": len(self.kv_layers),
+                "keys": [key_hex(b.key) for b in st.spec.blocks],
+                "num_layers": self.num_layers,
                 "layer_block_bytes": self.layer_block_bytes,
-                "offset_bytes": offset,
+                "offset_bytes": st.offset_bytes,
             },
         )
 
@@ -156,26 +215,20 @@ class KvLoader:
             if notice is None or "job" not in notice.payload:
                 continue
             p = notice.payload
+            layer = int(p["layer"])
             with self._lock:
-                job = self._de_jobs.get(p["job"])
-            if job is None:
-                continue
-            layer, index = int(p["layer"]), int(p["block"])
-            block = job.spec.blocks[index]
-            invalid: tuple[int, ...] = ()
-            try:
+                entry = self._de_jobs.get(p["job"])
+                if entry is None:
+                    continue
+                st, left = entry
                 if p.get("error") or notice.error:
-                    invalid = block.vllm_block_ids
-                else:
-                    n = self.layer_block_bytes
-                    at = notice.offset_bytes
-                    write_layer_block(self.kv_layers[layer], block.vllm_block_ids, self._receive[at : at + n])
-            except Exception:
-                invalid = block.vllm_block_ids
-            job.loads.done(layer, invalid_ids=invalid)
-            if layer == len(self.kv_layers) - 1 and index == len(job.spec.blocks) - 1:
-                with self._lock:
-                    self._de_jobs.pop(p["job"], None)
+                    st.bad_blocks.add(int(p["block"]))
+                left[layer] -= 1
+                landed = left[layer] == 0
+                if landed and layer == self.num_layers - 1:
+                    del self._de_jobs[p["job"]]
+            if landed:
+                self._landed(st, layer, ())
 
     def close(self) -> None:
         self._stop.set()
