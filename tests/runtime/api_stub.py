@@ -91,7 +91,6 @@ class ApiStub:
 @contextmanager
 def serve_in_thread(app) -> Iterator[tuple[str, set[int]]]:
     """`app` under a real uvicorn on a free port in a thread: (url, the client ports it saw)."""
-    import socket
     import threading
     import time
 
@@ -104,16 +103,18 @@ def serve_in_thread(app) -> Iterator[tuple[str, set[int]]]:
             client_ports.add(scope["client"][1])
         await app(scope, receive, send)
 
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(recording, log_level="critical", lifespan="off"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    # port 0 and uvicorn's own socket: accepted connections get TCP_NODELAY (a socket passed in does not,
+    # and each answer then waits ~40 ms for a delayed ACK)
+    config = uvicorn.Config(recording, port=0, log_level="critical", lifespan="off")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     try:
         while not server.started:
+            assert thread.is_alive(), "the test server did not start"
             time.sleep(0.02)
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}", client_ports
+        port = server.servers[0].sockets[0].getsockname()[1]
+        yield f"http://127.0.0.1:{port}", client_ports
     finally:
         server.should_exit = True
         thread.join(timeout=10)
-        sock.close()

@@ -12,7 +12,7 @@ import json
 
 import httpx
 import pytest
-from api_stub import ApiStub
+from api_stub import ApiStub, serve_in_thread
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -150,3 +150,48 @@ def test_generated_bodies_never_get_a_5xx_or_hang(path, schema):
         runner.run(client.aclose())
     assert sum(statuses.values()) >= BODIES_PER_ENDPOINT
     assert statuses.get(200, 0) >= BODIES_PER_ENDPOINT // 10, statuses  # the bodies reach generation too
+
+
+_ENDPOINT_BODIES = st.one_of(
+    *(
+        st.tuples(st.just(path), _bodies(schema))
+        for path, schema in [
+            ("/v1/completions", CompletionBody),
+            ("/v1/chat/completions", ChatCompletionBody),
+            ("/tokenize", TokenizeBody),
+            ("/detokenize", DetokenizeBody),
+        ]
+    )
+)
+
+
+def _keep_alive_fuzz(requests: int) -> None:
+    """Generated bodies to every endpoint over ONE keep-alive connection to a real uvicorn: no 5xx, the
+    server saw one client port (no answer closed the connection), and it is healthy after."""
+    with serve_in_thread(build_app(ApiStub(eos_after=20))) as (url, client_ports):
+        with httpx.Client(base_url=url, timeout=REQUEST_TIMEOUT_S) as http:
+            sent = 0
+
+            @settings(max_examples=requests // BATCH, deadline=None, derandomize=True, database=None,
+                      suppress_health_check=list(HealthCheck))  # fmt: skip
+            @given(batch=st.lists(_ENDPOINT_BODIES, min_size=BATCH, max_size=BATCH))
+            def send(batch: list[tuple[str, bytes]]) -> None:
+                nonlocal sent
+                for path, body in batch:
+                    response = http.post(path, content=body, headers={"content-type": "application/json"})
+                    _check(path, response)
+                    sent += 1
+
+            send()
+            assert http.get("/health").json()["status"] == "ok"
+            assert http.get("/v1/models").status_code == 200
+        assert sent >= requests and len(client_ports) == 1
+
+
+def test_one_keep_alive_connection_survives_a_thousand_generated_bodies():
+    _keep_alive_fuzz(1000)
+
+
+@pytest.mark.slow
+def test_one_keep_alive_connection_survives_ten_thousand_generated_bodies():
+    _keep_alive_fuzz(10_000)
