@@ -75,3 +75,20 @@ def test_a_24_run_sweep_is_identical_through_ray(tmp_path: Path, local_ray: None
     assert results_json(sweep, tmp_path / "ray", ray_address="auto") == results_json(
         sweep, tmp_path / "pool", workers=2
     )
+
+
+@needs_ray
+def test_reproduce_runs_through_ray(tmp_path: Path, local_ray: None, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    from dataclasses import replace
+
+    from dualpath.cli.main import main
+    from dualpath.experiments import scenarios
+
+    tiny = [RunSpec(model="ds-27b", p=1, d=1, mode=m, agents=1, dataset="32k") for m in ("basic", "dualpath")]
+    fig8 = replace(scenarios.EXPERIMENTS["fig8"], specs=lambda quick: tiny)
+    monkeypatch.setitem(scenarios.EXPERIMENTS, "fig8", fig8)
+    assert main(["reproduce", "fig8", "--quick", "--ray", "auto", "-o", str(tmp_path)]) == 0
+    assert sorted(p.name for p in (tmp_path / "runs").glob("*.json")) == sorted(
+        f"{s.key()}.json" for s in tiny
+    )
+    assert "Ray auto" in (tmp_path / "report.md").read_text()
