@@ -54,9 +54,15 @@ def test_a_leading_space_the_decoder_drops_for_a_first_token_survives_with_conte
 def test_stop_strings_cut_at_the_first_match_however_the_text_arrives(text, stops, cuts):
     matcher = StopStringMatcher(stops)
     out = "".join(matcher.feed("".join(part)) for part in _split(list(text), cuts)) + matcher.flush()
-    hits = [i for i in (text.find(s) for s in stops) if i >= 0]
-    assert out == (text[: min(hits)] if hits else text)
-    assert matcher.stopped == bool(hits)
+    # the stop string complete first (smallest end) cuts the text where it starts
+    ends = [(i + len(s), i) for s in stops if (i := text.find(s)) >= 0]
+    assert out == (text[: min(ends)[1]] if ends else text)
+    assert matcher.stopped == bool(ends)
+
+
+def test_the_stop_string_complete_first_wins_over_one_that_starts_earlier():
+    matcher = StopStringMatcher(["d", "ada"])
+    assert matcher.feed("ada") == "a" and matcher.stopped
 
 
 def test_one_prompt_per_request():

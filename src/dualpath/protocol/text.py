@@ -47,11 +47,19 @@ class IncrementalDetokenizer:
         return after[len(before) :]
 
 
+def first_stop(text: str, stops: Sequence[str]) -> int | None:
+    """Where the text is cut: the start of the stop string that is complete first (the smallest end; on a
+    tie the earliest start), as generation would meet it token by token; None without one."""
+    found = [(i + len(s), i) for s in stops if (i := text.find(s)) >= 0]
+    return min(found)[1] if found else None
+
+
 class StopStringMatcher:
     """Cuts the text at the first stop string; holds back a tail that may be the start of one.
 
     A stop string can span several deltas, so the longest suffix of the text that is a proper prefix of a
-    stop string is not emitted until the next delta decides it.
+    stop string is not emitted until the next delta decides it. Which stop string ends the text does not
+    depend on how the text arrived (`first_stop`).
     """
 
     def __init__(self, stops: Sequence[str]) -> None:
@@ -64,11 +72,11 @@ class StopStringMatcher:
         if self.stopped:
             return ""
         text = self._held + delta
-        hits = [i for i in (text.find(s) for s in self.stops) if i >= 0]
-        if hits:
+        cut = first_stop(text, self.stops)
+        if cut is not None:
             self.stopped = True
             self._held = ""
-            return text[: min(hits)]
+            return text[:cut]
         keep = self._partial_suffix(text)
         self._held = text[len(text) - keep :] if keep else ""
         return text[: len(text) - keep]

@@ -269,7 +269,11 @@ class _Stream:
             text.append(step.text)
             ids.extend(step.token_ids)
             last = step
-        common = {"request_id": self.request.request_id, "created": self.created, "model": self.model}
+        common: dict[str, Any] = {
+            "request_id": self.request.request_id,
+            "created": self.created,
+            "model": self.model,
+        }
         if self.chat:
             out = responses.chat_completion(
                 **common, content="".join(text), finish_reason=last.finish_reason, usage_body=self.usage(last)
@@ -287,7 +291,11 @@ class _Stream:
 
     async def events(self, steps: AsyncIterator[Step]) -> AsyncIterator[bytes]:
         """SSE chunks; a failure after the stream started becomes an error event, then [DONE]."""
-        common = {"request_id": self.request.request_id, "created": self.created, "model": self.model}
+        common: dict[str, Any] = {
+            "request_id": self.request.request_id,
+            "created": self.created,
+            "model": self.model,
+        }
         last: Step | None = None
         try:
             if self.chat:

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from dualpath.protocol.text import IncrementalDetokenizer, StopStringMatcher
-from dualpath.runtime.api_types import CompletionBackend, CompletionRequest
+from dualpath.runtime.api_types import CompletionBackend, CompletionRequest, TokenChunk
 
 _DRAIN_AFTER_CANCEL_S = 5.0  # the final chunk of a cancelled request (its info) comes within this
 
@@ -38,7 +38,8 @@ async def generation_steps(
     detokenizer = IncrementalDetokenizer(backend.detokenize, request.prompt_token_ids)
     matcher = StopStringMatcher(stops)
     generated = 0
-    async with contextlib.aclosing(backend.generate(request)) as chunks:
+    stream = cast(AsyncGenerator[TokenChunk, None], backend.generate(request))  # backends write generators
+    async with contextlib.aclosing(stream) as chunks:
         async for chunk in chunks:
             ids = list(chunk.token_ids)
             generated += len(ids)
