@@ -129,6 +129,13 @@ def test_a_stop_string_is_trimmed_ends_the_request_and_cancels_it(client, stub):
     assert "".join(e["choices"][0]["text"] for e in events) == "bc"
 
 
+def test_stop_strings_wait_for_min_tokens(client):
+    # "bcdefgh...": "c" comes before min_tokens (3) and does not count; "f" (the 5th token) does
+    body = {"prompt": "a", "max_tokens": 10, "stop": ["c", "f"], "min_tokens": 3}
+    answer = client.post("/v1/completions", json=body).json()["choices"][0]
+    assert answer["text"] == "bcde" and answer["finish_reason"] == "stop"
+
+
 def test_a_stop_token_or_eos_finishes_with_stop(client):
     body = client.post(
         "/v1/completions", json={"prompt": "a", "max_tokens": 10, "stop_token_ids": [100]}

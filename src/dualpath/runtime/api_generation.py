@@ -43,7 +43,9 @@ async def generation_steps(
         async for chunk in chunks:
             ids = list(chunk.token_ids)
             generated += len(ids)
-            text = matcher.feed(detokenizer.push(ids))
+            delta = detokenizer.push(ids)
+            # stop strings count from min_tokens on, as EOS and stop ids do (vLLM)
+            text = matcher.feed(delta) if generated > request.sampling.min_tokens else delta
             if chunk.finish_reason is None and not matcher.stopped:
                 yield Step(text=text, token_ids=ids, completion_tokens=generated)
                 continue
