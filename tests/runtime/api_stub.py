@@ -26,6 +26,7 @@ class ApiStub:
         self.requests: list[CompletionRequest] = []
         self.cancelled: list[str] = []
         self.refuse: str | None = None  # admission_error's answer
+        self.kv_capacity_tokens: int | None = None  # admission_error refuses prompt + max_tokens beyond it
 
     def tokenize(self, text: str, *, add_special_tokens: bool = True) -> list[int]:
         ids = list(text.encode("utf-8"))
@@ -43,6 +44,8 @@ class ApiStub:
         return self.tokenize(text + ("<assistant>" if add_generation_prompt else ""))
 
     def admission_error(self, prompt_tokens: int, max_tokens: int) -> str | None:
+        if self.kv_capacity_tokens is not None and prompt_tokens + max_tokens > self.kv_capacity_tokens:
+            return f"prompt + max_tokens exceed the KV capacity of {self.kv_capacity_tokens} tokens"
         return self.refuse
 
     def cancel(self, request_id: str) -> None:

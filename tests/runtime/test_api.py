@@ -240,6 +240,16 @@ def test_admission_refusals_are_400s_with_the_backends_reason(client, stub):
     assert response.status_code == 400 and "an engine holds 4" in response.json()["error"]["message"]
 
 
+def test_chat_without_max_tokens_gets_what_the_cluster_admits(client, stub):
+    stub.kv_capacity_tokens = 50
+    client.post("/v1/chat/completions", json={"messages": USER})
+    request = stub.requests[0]
+    assert len(request.prompt_token_ids) + request.max_tokens == 50
+    stub.kv_capacity_tokens = 10  # less than the prompt: refused with the cluster's reason
+    response = client.post("/v1/chat/completions", json={"messages": USER})
+    assert response.status_code == 400 and "KV capacity of 10" in response.json()["error"]["message"]
+
+
 def test_a_body_that_is_not_json_is_a_4xx_not_a_500(client):
     for content in (b"{not json", b"\xff\xfe", b"[1, 2]", b"null", b'"x"'):
         response = client.post(

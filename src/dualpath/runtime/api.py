@@ -148,7 +148,8 @@ class _Api:
             raise ProtocolError(400, f"messages: {error}", param="messages") from None
 
     def max_tokens(self, body: SamplingBody, prompt_tokens: int, default: int | None) -> int:
-        """Requested, else `default`, else the rest of the context; the whole must fit the context."""
+        """Requested, else `default`, else the rest of the context as far as the cluster admits it; the
+        whole must fit the context and the cluster (`admission_error`)."""
         context = self.backend.max_context_tokens
         if prompt_tokens >= context:
             raise ProtocolError(
@@ -157,7 +158,9 @@ class _Api:
                 param="prompt",
             )
         requested = body.requested_max_tokens()
-        maximum = requested if requested is not None else (default or context - prompt_tokens)
+        if requested is None and default is None:
+            return self.largest_admitted(prompt_tokens, context - prompt_tokens)
+        maximum = requested if requested is not None else int(default or 0)
         if prompt_tokens + maximum > context:
             raise ProtocolError(
                 400,
@@ -165,11 +168,30 @@ class _Api:
                 f"context of {context} tokens",
                 param="max_tokens",
             )
-        admission = getattr(self.backend, "admission_error", None)
-        reason = admission(prompt_tokens, maximum) if admission is not None else None
+        reason = self.admission_error(prompt_tokens, maximum)
         if reason:
-            raise ProtocolError(400, str(reason), param="prompt")
+            raise ProtocolError(400, reason, param="prompt")
         return maximum
+
+    def admission_error(self, prompt_tokens: int, max_tokens: int) -> str | None:
+        admission = getattr(self.backend, "admission_error", None)
+        reason = admission(prompt_tokens, max_tokens) if admission is not None else None
+        return str(reason) if reason else None
+
+    def largest_admitted(self, prompt_tokens: int, limit: int) -> int:
+        """The most output tokens up to `limit` the cluster admits (bisection: admission is monotone)."""
+        if self.admission_error(prompt_tokens, limit) is None:
+            return limit
+        reason = self.admission_error(prompt_tokens, 1)
+        if reason:
+            raise ProtocolError(400, reason, param="prompt")
+        low, high = 1, limit  # admitted, refused
+        while high - low > 1:
+            middle = (low + high) // 2
+            low, high = (
+                (middle, high) if self.admission_error(prompt_tokens, middle) is None else (low, middle)
+            )
+        return low
 
     def sampling(self, body: SamplingBody) -> SamplingParams:
         fields = body.sampling_fields()
