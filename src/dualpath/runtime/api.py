@@ -320,13 +320,10 @@ class _Stream:
         }
         last: Step | None = None
         try:
-            if self.chat:
-                yield responses.sse(
-                    responses.chat_chunk(
-                        **common, delta={"role": "assistant", "content": ""}, finish_reason=None
-                    )
-                )
             async for step in steps:
+                if self.chat and last is None:  # the role, with the first output as vLLM sends it
+                    role = {"role": "assistant", "content": ""}
+                    yield responses.sse(responses.chat_chunk(**common, delta=role, finish_reason=None))
                 last = step
                 chunk = self.chunk(common, step)
                 if chunk is not None:
