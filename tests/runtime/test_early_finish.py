@@ -127,7 +127,9 @@ def test_cancel_ends_a_request_wherever_it_is(mode: str) -> None:
     for rid in decoding:
         cluster.at(cluster.now_s, {"type": "cancel", "rid": rid})
     cluster.run()
-    assert cluster.done[1]["finish_reason"] == "abort" and len(cluster.tokens[1]) == 1
+    # queued: it leaves the queues (`ClusterCore.abandon`), no prefill runs for it
+    assert cluster.done[1]["finish_reason"] == "abort" and len(cluster.tokens[1]) == 0
+    assert 1 not in {i["rid"] for _, _, m in cluster.sent if m["type"] == "step" for i in m["items"]}
     for rid in decoding:
         assert cluster.done[rid]["finish_reason"] == "abort"
         assert 1 < len(cluster.tokens[rid]) < 200

@@ -74,6 +74,18 @@ class CoreConfig:
     max_batch_new_tokens: int = DEFAULT_MAX_BATCH_NEW_TOKENS
 
 
+_ABANDONABLE = (Phase.QUEUED, Phase.ASSIGNED, Phase.READING, Phase.READY)
+_DOWN_GROUP_TOK = 2**62  # a dead DE group's Σtok as the router sees it: phase 1 routes nothing there
+
+
+@dataclass(frozen=True)
+class NodeDown:
+    """What `on_node_down` decided: requests to submit again (continuations), commands to run now."""
+
+    replan: tuple[Request, ...]
+    commands: tuple[Command, ...]
+
+
 class ClusterCore:
     def __init__(
         self,
@@ -114,6 +126,7 @@ class ClusterCore:
         self._active: dict[int, Request] = {}  # submitted and not yet forgotten
         self._early_ends: dict[int, int] = {}  # request -> output tokens, ended before its DE placement
         self._fetches = 0
+        self.down: set[int] = set()  # nodes marked down (`on_node_down`) until they join again
         self.scheduler = RequestScheduler(
             pe_nodes={n: [e.engine_id for e in node.engines] for n, node in self.pe_nodes.items()},
             de_nodes={n: [e.engine_id for e in node.engines] for n, node in self.de_nodes.items()},
@@ -144,7 +157,8 @@ class ClusterCore:
         out: list[Command] = []
         progress = True
         round_robin = self.mode.scheduling == "round-robin"
-        if not round_robin and self.scheduler.waiting > self.scheduler.pe_queue_len:
+        de_up = len(self.down.intersection(self.de_nodes)) < len(self.de_nodes)
+        if not round_robin and de_up and self.scheduler.waiting > self.scheduler.pe_queue_len:
             self._fetch_de_groups_two_phase()
         while round_robin and progress and self.scheduler.waiting > self.scheduler.pe_queue_len:
             # Round-robin places one turn per group per round: repeat rounds.
@@ -159,6 +173,8 @@ class ClusterCore:
             if not self.scheduler.pe_queue_len:
                 break
             node_id = pe_ids[(self._fetches + k) % len(pe_ids)]
+            if node_id in self.down:
+                continue  # a dead group fetches nothing (`on_node_down`)
             if not round_robin and node_id not in self._pe_open:
                 continue  # C2 and C3 empty: Algorithm 1 places nothing here (speed only, same decisions)
             pnode = self.pe_nodes[node_id]
@@ -174,6 +190,8 @@ class ClusterCore:
             )
             return False
         placed = self.scheduler.fetch_de_group(node.node_id, self._de_loads(node))
+        if node.node_id in self.down:  # round robin: a dead group's engines lose their turns (no room)
+            assert not placed
         for request, engine in placed:
             e = self.de_engine(engine)
             node.reserve(e, request.total_tokens)
@@ -191,11 +209,12 @@ class ClusterCore:
         groups' private queues (two-phase, one round), so the set to visit is known after it."""
         after = -1
         if self.scheduler.global_queue_len:
-            first = next(iter(self.de_nodes.values()))
+            first = next(node for n, node in self.de_nodes.items() if n not in self.down)
             self._fetch_de_group(first)
             after = first.node_id
         for node_id in self.scheduler.de_groups_to_visit(after=after):
-            self._fetch_de_group(self.de_nodes[node_id])
+            if node_id not in self.down:  # its report stays "full" (`on_node_down`)
+                self._fetch_de_group(self.de_nodes[node_id])
 
     def _all_over_beta(self, node: PrefillNode) -> bool:
         """Every engine of the PE group is in C1 (compute_tok > β). While Q waits, every fetch would
@@ -213,6 +232,7 @@ class ClusterCore:
 
     def _de_loads(self, node: DecodeNode) -> list[EngineLoad]:
         q = self.readers[node.node_id].read_q_tokens
+        down = node.node_id in self.down
         return [
             EngineLoad(
                 engine_id=e.engine_id,
@@ -221,7 +241,7 @@ class ClusterCore:
                 tok=e.reserved_tokens,
                 compute_tok=0,  # a DE computes no prefill
                 read_q_tokens=q,
-                free_hbm_tokens=e.free_hbm_tokens,
+                free_hbm_tokens=0 if down else e.free_hbm_tokens,
             )
             for e in node.engines
         ]
@@ -242,6 +262,9 @@ class ClusterCore:
 
     def _on_assigned(self, a: Assignment) -> list[Command]:
         request = self._active[a.request_id]
+        if {self.node_of_engine(a.pe_engine), self.node_of_engine(a.de_engine)} & self.down:
+            # round robin deals PEs cluster-wide: a turn that fell on a dead node goes back to the queue
+            return self._release_de(request) + self._requeue(request)
         pe = self._pe[a.pe_engine]
         pe.assign(request)
         self._note_compute_tok(self.pe_nodes[pe.node_id])
@@ -296,6 +319,8 @@ class ClusterCore:
         return out
 
     def on_read_done(self, node_id: int, request_id: int, now_s: float) -> list[Command]:
+        if request_id not in self._active:
+            return []  # re-planned while it read (`on_node_down`, `abandon`): its part was dropped then
         self.readers[node_id].finish(request_id)
         self.scheduler.mark_de_report_due(node_id)
         request = self._active[request_id]
@@ -382,6 +407,8 @@ class ClusterCore:
         for engine, items in zip(node.engines, node.running, strict=True):
             for item in items:
                 request = item.request
+                if self._active.get(request.request_id) is not request:
+                    continue  # re-planned while in this step (`on_node_down`, `abandon`): its work is void
                 request.computed_tokens += item.new_tokens
                 if not request.is_prefilled:
                     continue
@@ -406,7 +433,8 @@ class ClusterCore:
         """Every layer of the step's finished requests sits in their DE buffers (Fig. 4a step 7)."""
         out: list[Command] = []
         for item in self.pe_nodes[node_id].awaiting_out.pop(step_id):
-            out += self._to_decode(item.request)
+            if self._active.get(item.request.request_id) is item.request:
+                out += self._to_decode(item.request)
         return out
 
     # ---- decode --------------------------------------------------------------------------------
@@ -434,6 +462,8 @@ class ClusterCore:
         return out
 
     def on_h2d_done(self, request_id: int, now_s: float) -> list[Command]:
+        if request_id not in self._active:
+            return []
         request = self._active[request_id]
         self._dram_holds[request_id] -= 1
         return self._maybe_release_dram(request) + self._join(request)
@@ -554,6 +584,8 @@ class ClusterCore:
             self._active.pop(rid, None)
 
     def on_persist_done(self, request_id: int, from_hbm: bool, now_s: float) -> list[Command]:
+        if request_id not in self._active:
+            return []
         request = self._active[request_id]
         self._persists[request_id] -= 1
         out: list[Command] = []
@@ -563,6 +595,144 @@ class ClusterCore:
         if request.phase is Phase.DONE and not self._persists[request_id]:
             out += self._done(request)
         return out
+
+    # ---- failures and cancels (DESIGN §4 "faults") ------------------------------------------
+    def on_node_down(self, node_id: int) -> NodeDown:
+        """A node died or went silent: nothing is placed on it until `on_node_up`, and its work is
+        re-planned. Requests that touch it (its PE, its DE, a read on its SNIC) leave the core, their
+        reservations on the surviving nodes freed, and are returned in `replan`: the driver submits
+        each again as a continuation (its prompt + the tokens already out, the rest of its output), so
+        a PE's queue goes back to Q and a dead DE's decodes resume elsewhere from the store plus
+        recompute. A request whose last token was out and only waited for its blocks' writes on the
+        dead DE is done now (those blocks are simply not stored). Requests that the dead DE group had
+        in its private queue go back to the global queue."""
+        self.down.add(node_id)
+        out: list[Command] = []
+        replan: list[Request] = []
+        for request in list(self._active.values()):
+            if not self._touches(request, node_id):
+                continue
+            if request.phase is Phase.DONE:
+                self._persists.pop(request.request_id, None)
+                self._dram_holds.pop(request.request_id, None)
+                out += self._done(request)
+                continue
+            replan.append(request)
+            out += self._evict(request)
+        if node_id in self.de_nodes:
+            for request in [r for r in self._active.values() if r.phase is Phase.QUEUED]:
+                if request.de_engine is None and self.scheduler.remove(request.request_id) is not None:
+                    self.scheduler.submit(request)  # routed to the dead group: route it again
+            self.scheduler.note_de_group(node_id, read_q_tokens=0, tok=_DOWN_GROUP_TOK)
+        self._reset_node(node_id)
+        return NodeDown(replan=tuple(replan), commands=tuple(out))
+
+    def on_node_up(self, node_id: int) -> list[Command]:
+        """A node (re)joined with nothing in flight: it is placed on again, from a clean slate."""
+        self.down.discard(node_id)
+        self._reset_node(node_id)
+        if node_id in self.de_nodes:
+            self.scheduler.note_de_group(node_id, read_q_tokens=0, tok=0)
+            self.scheduler.note_de_freed(node_id)
+        return []
+
+    @property
+    def nodes_up(self) -> tuple[int, int]:
+        """(PE nodes up, DE nodes up): with either at 0 nothing can be served."""
+        return (len(set(self.pe_nodes) - self.down), len(set(self.de_nodes) - self.down))
+
+    def abandon(self, request_id: int) -> list[Command] | None:
+        """A cancelled request leaves the cluster before its prefill runs (queued, reading or ready:
+        DESIGN §4 "cancel"): it leaves the queues, its reads and buffer space are given up (the driver
+        tells the nodes to drop what they hold) and it is done. None when it is further on (a
+        prefill in flight computes on; a decoding request stops at its DE's next step boundary)."""
+        request = self._active.get(request_id)
+        if request is None or request.phase not in _ABANDONABLE:
+            return None
+        out = self._evict(request)
+        request.phase = Phase.DONE
+        return out
+
+    def _touches(self, request: Request, node_id: int) -> bool:
+        """Whether the request still needs the node: its DE until done, its PE (and the PE's reads)
+        until its KV has left the PE (`_to_decode`: H2D and persists are the DE's)."""
+        if request.de_engine is not None and self.node_of_engine(request.de_engine) == node_id:
+            return True
+        past_pe = request.phase in (Phase.DECODING, Phase.DONE) or request.request_id in self._dram_holds
+        pe = request.pe_engine
+        return pe is not None and not past_pe and self.node_of_engine(pe) == node_id
+
+    def _evict(self, request: Request) -> list[Command]:
+        """Take the request out of every book (queues, reads, buffers, PE and DE accounting); returns
+        what the freed space lets start on the nodes that are up."""
+        rid = request.request_id
+        self._active.pop(rid, None)
+        for books in (self._early_ends, self._persists, self._dram_holds):
+            books.pop(rid, None)
+        if request.phase is Phase.QUEUED:
+            self.scheduler.remove(rid)
+        freed: set[int] = set()
+        for node_id, reader in self.readers.items():
+            if reader.drop(rid):
+                self.scheduler.mark_de_report_due(node_id)
+                freed.add(node_id)
+        for node_id, pool in self.buffers.items():
+            if pool.holds(rid):
+                pool.release(rid)
+                freed.add(node_id)
+        for wait in self._landing_wait.values():
+            if request in wait:
+                wait.remove(request)
+        if request.pe_engine is not None and not request.is_prefilled:
+            pe = self._pe[request.pe_engine]
+            if pe.node_id not in self.down:
+                if request in pe.ready:
+                    pe.ready.remove(request)
+                pe.finish(request)
+                self._note_compute_tok(self.pe_nodes[pe.node_id])
+        out = self._release_de(request)
+        for node_id in sorted(freed - self.down):
+            out += self._admit(node_id)
+        return out
+
+    def _release_de(self, request: Request) -> list[Command]:
+        """Give back a placed request's DE HBM reservation (on a DE that is up and not decoding it)."""
+        if request.de_engine is None or request.phase in (Phase.DECODING, Phase.DONE):
+            return []
+        e = self.de_engine(request.de_engine)
+        if e.node_id in self.down:
+            return []
+        node = self.de_nodes[e.node_id]
+        if request in node.joining:
+            return []  # joined the batch's books (a decode run): its DE ends it instead
+        node.release(e, request.total_tokens)
+        e.seq -= 1
+        self.scheduler.note_de_freed(e.node_id)
+        return []
+
+    def _requeue(self, request: Request) -> list[Command]:
+        request.de_engine = request.pe_engine = None
+        request.pe_read_tokens = request.de_read_tokens = 0
+        self.scheduler.submit(request)
+        return []
+
+    def _reset_node(self, node_id: int) -> None:
+        """Fresh books for a node that went down or came back (what it held is gone with it)."""
+        g = self.config.engines_per_node
+        self.readers[node_id] = StorageReader(node_id, max_inflight_reads=self.config.max_inflight_reads)
+        self.buffers[node_id] = CapacityPool(self.config.dram_buffer_bytes, name=f"node{node_id}/dram_buffer")
+        if node_id in self.pe_nodes:
+            node = PrefillNode(node_id, [PrefillEngine(node_id * g + i, node_id) for i in range(g)])
+            self.pe_nodes[node_id] = node
+            self._pe.update({e.engine_id: e for e in node.engines})
+            self._note_compute_tok(node)
+        else:
+            self.de_nodes[node_id] = DecodeNode(
+                node_id,
+                [DecodeEngine(node_id * g + i, node_id, self.config.de_hbm_kv_tokens) for i in range(g)],
+                block_tokens=self.config.scheduler.block_tokens,
+            )
+            self._landing_wait[node_id] = deque()
 
     # ---- inspection ----------------------------------------------------------------------------
     @property
@@ -575,7 +745,8 @@ class ClusterCore:
         for pool in self.buffers.values():
             pool.check_invariants()
         for node in self.de_nodes.values():
-            node.check_invariants()
+            if node.node_id not in self.down:
+                node.check_invariants()
         for pe in self._pe.values():
             assert pe.seq >= 0 and pe.tok >= 0 and pe.compute_tok >= 0 and len(pe.ready) <= pe.seq
         assert self._pe_open == {n for n, node in self.pe_nodes.items() if not self._all_over_beta(node)}
@@ -585,6 +756,7 @@ class ClusterCore:
                 {
                     n: (self.readers[n].read_q_tokens, node.reserved_tokens)
                     for n, node in self.de_nodes.items()
+                    if n not in self.down
                 }
             )
         if self.mode.skip_io:

@@ -52,6 +52,18 @@ class StorageReader:
         self.read_q_tokens -= part.tokens
         return part
 
+    def drop(self, request_id: int) -> bool:
+        """Forget the request's part, queued or in flight (its request was re-planned or cancelled; a
+        read in flight finishes on the node and is discarded there). True if there was one."""
+        part = self._inflight.pop(request_id, None)
+        if part is None:
+            part = next((p for p in self._queue if p.request_id == request_id), None)
+            if part is None:
+                return False
+            self._queue.remove(part)
+        self.read_q_tokens -= part.tokens
+        return True
+
     @property
     def queued(self) -> int:
         return len(self._queue)

@@ -92,6 +92,25 @@ class RequestScheduler:
             self._rr_lost_turns = 0  # a new head: the lost turns were lost to another request
         self._global.append(request)
 
+    def remove(self, request_id: int) -> Request | None:
+        """Take a waiting request out of whichever queue holds it (a cancel, or a node that went down:
+        `ClusterCore.on_node_down`); None if none does. O(queue length): rare events only."""
+        for queue in (self._global, self._pe_queue, *self._de_queues.values()):
+            for request in queue:
+                if request.request_id == request_id:
+                    queue.remove(request)
+                    break
+            else:
+                continue
+            for node_id, private in self._de_queues.items():
+                if private is queue:
+                    self._de_queued -= 1
+                    self._de_report_due.add(node_id)  # its Σtok view counted the request
+                    if not private:
+                        self._de_pending.discard(node_id)
+            return request
+        return None
+
     @property
     def waiting(self) -> int:
         return len(self._global) + self._de_queued + len(self._pe_queue)

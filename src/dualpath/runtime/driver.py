@@ -120,6 +120,7 @@ class RuntimeDriver:
         self._cut_sent = {n: False for n in self.core.de_nodes}
         self._held: dict[int, Message] = {}  # oracle: client `done` waiting for its prompt blocks' write
         self._batch: dict[int, list[Request]] = {n: [] for n in self.core.de_nodes}
+        self._down: set[str] = set()
         self._handlers: dict[str, Callable[[Message, float], Outgoing]] = {
             "fetch": self._fetch,
             "read_done": self._read_done,
@@ -130,6 +131,8 @@ class RuntimeDriver:
             "decode_done": self._decode_done,
             "released": self._released,
             "cancel": self._cancel,
+            "node_down": self._node_down,
+            "node_up": self._node_up,
         }
 
     # ---- inputs --------------------------------------------------------------------------------
@@ -176,11 +179,16 @@ class RuntimeDriver:
         return rid, self._do(self.core.submit(request, now_s), now_s)
 
     def handle(self, event: Message, now_s: float) -> Outgoing:
-        """One node completion (or a fetch); returns the messages to send now."""
+        """One node completion (or a fetch); returns the messages to send now. A node's report about a
+        request the core re-planned or abandoned (`node_down`, `cancel`) is stale: it is dropped here."""
         self.event_log.append((now_s, copy.deepcopy(event)))
         handler = self._handlers.get(str(event.get("type")))
         if handler is None:
             raise ValueError(f"unknown driver event {event.get('type')!r}")
+        if "rid" in event and int(event["rid"]) not in self._live and event["type"] != "released":
+            return []
+        if event.get("node") in self._down and event["type"] not in ("node_down", "node_up"):
+            return []  # a late word from a node already marked down
         return handler(event, now_s)
 
     @classmethod
@@ -234,7 +242,11 @@ class RuntimeDriver:
         node = self.node_id(event["node"])
         out: Outgoing = []
         for rid, token in event.get("first_tokens", ()):
-            live = self._live[int(rid)]
+            live = self._live.get(int(rid))
+            if live is None or live.request.pe_engine is None:
+                continue  # re-planned while in this step: its token comes from its continuation
+            if self.core.node_of_engine(live.request.pe_engine) != node:
+                continue
             live.first_token = int(token)
             live.times["prefill_end"] = now_s
             out.append((CLIENT, {"type": "tokens", "rid": int(rid), "token_ids": [int(token)]}))
@@ -262,6 +274,7 @@ class RuntimeDriver:
         out: Outgoing = [
             (CLIENT, {"type": "tokens", "rid": int(rid), "token_ids": _ids(tokens)})
             for rid, tokens in event.get("tokens", ())
+            if int(rid) in self._live
         ]
         for rid, generated, reason in event.get("finished", ()):  # ended inside this run (EOS, stop, cancel)
             self._end_early(int(rid), int(generated), str(reason))
@@ -326,6 +339,13 @@ class RuntimeDriver:
         request = live.request
         if request.phase is Phase.DONE:
             return []
+        drops = self._drops(request)
+        abandoned = self.core.abandon(rid)
+        if abandoned is not None:  # before its prefill: it leaves queues, reads and buffers now
+            self._live.pop(rid)
+            self._poked = True
+            done = {"type": "done", "rid": rid, "finish_reason": "abort", "cached_tokens": 0}
+            return drops + self._do(abandoned, now_s) + [(CLIENT, done)]
         if (
             request.de_engine is not None
             and request in self._batch[self.core.node_of_engine(request.de_engine)]
@@ -334,6 +354,53 @@ class RuntimeDriver:
         self.core.finish_early(rid, max(1, request.generated_tokens))
         self._poked = True
         return []
+
+    # ---- node failures ---------------------------------------------------------------------------
+    def _node_down(self, event: Message, now_s: float) -> Outgoing:
+        """A node died or went silent (the scheduler process saw its exit or missed its reports). The
+        core re-plans (`ClusterCore.on_node_down`); the surviving nodes drop what they hold for those
+        requests; each goes to the client side as `replan` (its continuation is submitted there, with
+        the tokens the client already has)."""
+        name = str(event["node"])
+        if name in self._down:
+            return []
+        node = self.node_id(name)
+        self._down.add(name)
+        decision = self.core.on_node_down(node)
+        if node in self._batch:
+            self._batch[node] = []
+            self._run_steps[node] = 0
+            self._cut_sent[node] = False
+        out: Outgoing = [d for r in decision.replan for d in self._drops(r)]
+        for request in decision.replan:
+            live = self._live.pop(request.request_id)
+            out.append((CLIENT, {"type": "replan", "rid": request.request_id, "first_token": live.first_token}))
+        for rid in [r for r, done in self._held.items() if self.core.node_of_engine(int(done["de"])) == node]:
+            out.append((CLIENT, self._held.pop(rid)))  # oracle: its DE will not say `released`
+        self._poked = True
+        return out + self._do(list(decision.commands), now_s)
+
+    def _node_up(self, event: Message, now_s: float) -> Outgoing:
+        name = str(event["node"])
+        self._down.discard(name)
+        node = self.node_id(name)
+        if node in self._batch:
+            self._batch[node] = []
+            self._run_steps[node] = 0
+            self._cut_sent[node] = False
+        self._poked = True
+        return self._do(self.core.on_node_up(node), now_s)
+
+    def _drops(self, request: Request) -> Outgoing:
+        """`drop` to the nodes that may hold the request's reads, regions or landing space."""
+        names = {self.node_name(self.core.node_of_engine(e))
+                 for e in (request.pe_engine, request.de_engine) if e is not None}  # fmt: skip
+        return [(n, {"type": "drop", "rid": request.request_id}) for n in sorted(names - self._down)]
+
+    @property
+    def nodes_up(self) -> tuple[int, int]:
+        """(PE nodes up, DE nodes up)."""
+        return self.core.nodes_up
 
     def _pe_node(self, request: Request) -> int:
         assert request.pe_engine is not None
