@@ -38,6 +38,9 @@ from dualpath.sim.topology import Topology
 
 LOW = TrafficClass.LOW
 SAMPLE_INTERVAL_S = 1.0  # queue-length samples for `-o DIR` plots
+# Fig. 13 compares SNIC read traffic "within a small window" (§7.5): bytes read per SNIC are sampled at the
+# first read event at or after each multiple of this (no events of their own; module `_snic_sample`).
+SNIC_WINDOW_S = 10.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -163,6 +166,11 @@ class SimOutcome:
     # The same ratio over the steps where every GPU of the node had work: the imbalance batching can
     # act on (a GPU with nothing ready waits in every mode; Fig. 14 compares how batches are packed).
     attention_ratios_busy: list[float] = field(default_factory=list)
+    # When each of those steps started (Fig. 14 by the run's progress), index for index.
+    attention_times_s: list[float] = field(default_factory=list)
+    attention_busy_times_s: list[float] = field(default_factory=list)
+    # (time, bytes read so far by each node's SNIC, in node order): windows of ≈ SNIC_WINDOW_S (Fig. 13).
+    snic_read_samples: list[tuple[float, tuple[float, ...]]] = field(default_factory=list)
 
     def topology_links(self) -> dict[str, Link]:
         return self.topology.links
@@ -223,6 +231,10 @@ class Simulation:
         self._samples: list[tuple[float, int, float]] = []
         self._attention_ratios: list[float] = []
         self._attention_ratios_busy: list[float] = []
+        self._attention_times_s: list[float] = []
+        self._attention_busy_times_s: list[float] = []
+        self._snic_samples: list[tuple[float, tuple[float, ...]]] = []
+        self._snic_next_s = 0.0  # the next window boundary; the first read event samples t = 0
         self._assigned = 0  # log entries already looked at for assignment times
         self._watch = None if config.early_stop is None else EarlyStopWatch(config.early_stop)
         self.stop_reason: str | None = None
@@ -245,9 +257,36 @@ class Simulation:
             self.sim.schedule(0.0, self._sample, priority=2)
         with held_back_gc():  # speed only (sim/gc_tuning.py)
             self.sim.run(until_s=self.config.duration_s)
+        self._snic_final_sample()
         return SimOutcome(self.agents, self.times, self.sim.now_s, self.sim.events_processed, self.topo,
                           self.log, self.core, self._samples, self._attention_ratios, self.stop_reason,
-                          self._attention_ratios_busy)  # fmt: skip
+                          self._attention_ratios_busy, self._attention_times_s, self._attention_busy_times_s,
+                          self._snic_samples)  # fmt: skip
+
+    def _snic_sample(self, now_s: float) -> None:
+        """Bytes read so far per SNIC, at the first read event at or after a window boundary.
+
+        NOTE: sampling on read events, not on timer events of its own, adds no event and moves no
+        decision; a window then runs from one sample to the next (≈ SNIC_WINDOW_S, longer across a
+        stretch without reads). A link's byte count is exact at any time after its last rate change.
+        """
+        nodes = self.topo.nodes
+        self._snic_samples.append((now_s, tuple(n.snic_rx.bytes_carried(now_s) for n in nodes)))
+        self._snic_next_s = (math.floor(now_s / SNIC_WINDOW_S) + 1) * SNIC_WINDOW_S
+
+    def _snic_final_sample(self) -> None:
+        """The run's end closes the last window; a last window under half a window joins the one before.
+
+        The end is the last agent's finish when every agent finished (the loop may run on: `-o` samples
+        queues once a second), else the loop's end.
+        """
+        now = run_end_s(self.agents, self.sim.now_s)
+        samples = self._snic_samples
+        if not samples or samples[-1][0] >= now:
+            return
+        if len(samples) > 1 and now - samples[-1][0] < SNIC_WINDOW_S / 2:
+            samples.pop()
+        self._snic_sample(now)
 
     def _sample(self) -> None:
         reading = sum(r.read_q_tokens for r in self.core.readers.values()) / 1e6
@@ -338,6 +377,8 @@ class Simulation:
 
     # ---- storage, H2D, persistence ---------------------------------------------------------------
     def _read(self, c: cmd.StartRead) -> None:
+        if self.sim.now_s >= self._snic_next_s:
+            self._snic_sample(self.sim.now_s)
         t = self.times[c.request.request_id]
         if math.isnan(t.read_start_s):
             t.read_start_s = self.sim.now_s
@@ -345,6 +386,8 @@ class Simulation:
                             c.node_id, c.request.request_id)  # fmt: skip
 
     def _read_done(self, node: int, request_id: int) -> None:
+        if self.sim.now_s >= self._snic_next_s:
+            self._snic_sample(self.sim.now_s)
         self.times[request_id].read_end_s = self.sim.now_s  # the last part's end stays
         self._do(self.core.on_read_done(node, request_id, self.sim.now_s))
 
@@ -429,8 +472,10 @@ class Simulation:
         if mean > 0:
             ratio = max(attention) / mean
             self._attention_ratios.append(ratio)
+            self._attention_times_s.append(self.sim.now_s)
             if min(attention) > 0.0:
                 self._attention_ratios_busy.append(ratio)
+                self._attention_busy_times_s.append(self.sim.now_s)
 
     def _hops(self, c: cmd.StartPrefillStep, kind: str) -> list[tuple[float, tuple]]:  # type: ignore[type-arg]
         """One flow per (engine, source or destination) pair: bytes of all layers and requests."""
@@ -532,6 +577,12 @@ class Simulation:
         self._poke()  # last tokens freed DE HBM
         if not run.busy:
             self._decode_start(node)
+
+
+def run_end_s(agents: Sequence[Agent], loop_end_s: float) -> float:
+    """When the run's work ended: the last agent's finish if all finished, else the event loop's end."""
+    ends = [a.end_s for a in agents]
+    return max(ends) if ends and not any(math.isnan(t) for t in ends) else loop_end_s
 
 
 def _typical(trajectories: Sequence[Sequence[Round]]) -> tuple[int, int]:

@@ -20,11 +20,13 @@ from dualpath.metrics import (
     write_records_jsonl,
     write_time_series_csv,
 )
-from dualpath.sim.driver import RequestTimes, SimOutcome
+from dualpath.sim.driver import RequestTimes, SimOutcome, run_end_s
 from dualpath.sim.links import resample_utilisation
 
 # TTFT components, in order; consecutive stamps of a request, so they sum to its TTFT.
 TTFT_PARTS = ("schedule_wait", "read_wait", "read", "prefill_wait", "prefill")
+# Fig. 14 by the run's progress: edges as fractions of the simulated time (early, while the system fills).
+PROGRESS_EDGES = (0.0, 0.05, 0.2, 0.5, 0.8, 1.0)
 
 
 def _opt(x: float) -> float | None:
@@ -93,6 +95,7 @@ def summarise(o: SimOutcome, *, offline: bool, wall_s: float) -> dict[str, Any]:
         str(i): snic_read[str(i)] + n.snic_tx.bytes_carried(o.end_s) for i, n in enumerate(o.topology.nodes)
     }
     ratios, busy = o.attention_ratios, o.attention_ratios_busy
+    end_s = run_end_s(o.agents, o.end_s)  # progress of the work, not of the loop (`-o` samples run on)
     return {
         # Offline JCT (§7.2): when the last agent's last round is done (all agents start at t = 0).
         "jct_s": max(finished) if offline and len(finished) == len(o.agents) else None,
@@ -110,6 +113,9 @@ def summarise(o: SimOutcome, *, offline: bool, wall_s: float) -> dict[str, Any]:
         "snic_read_max_over_avg": snic_max_over_avg(snic_read) if sum(snic_read.values()) else None,
         "attention_max_over_avg": sum(ratios) / len(ratios) if ratios else None,
         "attention_busy_max_over_avg": sum(busy) / len(busy) if busy else None,
+        "attention_max_over_avg_by_progress": by_progress(ratios, o.attention_times_s, end_s),
+        "attention_busy_max_over_avg_by_progress": by_progress(busy, o.attention_busy_times_s, end_s),
+        "snic_read_windows": snic_read_windows(o.snic_read_samples),
         "de_read_fraction": _de_fraction(o),
         "sim_end_s": o.end_s,
         # An online run stopped once clearly past the TTFT SLO (sim/early_stop.py): the numbers above
@@ -118,6 +124,53 @@ def summarise(o: SimOutcome, *, offline: bool, wall_s: float) -> dict[str, Any]:
         "stop_reason": o.stop_reason,
         "sim_wall_s": wall_s,
         "events": o.events,
+    }
+
+
+def by_progress(values: list[float], times_s: list[float], end_s: float) -> dict[str, float | None]:
+    """Mean of per-step values in each stretch of the run ("0-5%": steps that started in its first 5 %
+    of simulated time, ...; PROGRESS_EDGES); None for a stretch without steps."""
+    sums = [0.0] * (len(PROGRESS_EDGES) - 1)
+    counts = [0] * len(sums)
+    for value, t in zip(values, times_s, strict=True):
+        k = 0
+        while k + 1 < len(sums) and t >= PROGRESS_EDGES[k + 1] * end_s:
+            k += 1
+        sums[k] += value
+        counts[k] += 1
+    labels = [f"{100 * a:g}-{100 * b:g}%" for a, b in zip(PROGRESS_EDGES, PROGRESS_EDGES[1:], strict=False)]
+    return {label: (s / c if c else None) for label, s, c in zip(labels, sums, counts, strict=True)}
+
+
+def snic_read_windows(samples: list[tuple[float, tuple[float, ...]]]) -> dict[str, Any] | None:
+    """Fig. 13 as the paper measures it: max/avg of the bytes read per SNIC within each window.
+
+    Windows with no read are left out. `loaded`: the windows in which the SNICs together read at least
+    half of what they read in the mean window (the run's tail, with few reads left, drops out).
+    Returns the window length and the distribution (mean, p50, p90, max) over all and loaded windows.
+    """
+    ratios, totals, lengths = [], [], []
+    for (t0, b0), (t1, b1) in zip(samples, samples[1:], strict=False):
+        read = [y - x for x, y in zip(b0, b1, strict=True)]
+        total = sum(read)
+        if total > 0:
+            ratios.append(max(read) / (total / len(read)))
+            totals.append(total)
+            lengths.append(t1 - t0)
+    if not ratios:
+        return None
+    mean_total = sum(totals) / len(totals)
+    loaded = [r for r, total in zip(ratios, totals, strict=True) if total >= mean_total / 2]
+
+    def dist(values: list[float]) -> dict[str, float]:
+        stats = summarize_latencies(values)
+        return {"windows": len(values), "mean": stats["mean"], "p50": stats["p50"], "p90": stats["p90"],
+                "max": max(values)}  # fmt: skip
+
+    return {
+        "window_s_median": sorted(lengths)[len(lengths) // 2],
+        "all": dist(ratios),
+        "loaded": dist(loaded),
     }
 
 
