@@ -9,16 +9,18 @@ own SNIC and writing into the prefill instance's buffer over shared memory. Ever
 rate, set low so storage binds (a tiny model's compute is milliseconds).
 
 Workload: agents replay multi-round trajectories offline (all start at once; round r+1 = round r's prompt +
-output + a short append, so rounds ≥ 2 are almost all hit). Each mode runs its own agents (other token seeds,
-same lengths) on the same engine and store.
+output + a short append, so rounds ≥ 2 are almost all hit). The first round (no hit: it computes and
+persists each agent's context) is untimed; jct_s counts the `--rounds` hit rounds after it. Each mode runs its
+own agents (other token seeds, same lengths) on the same engine and store.
 
     basic     every hit is read by the prefill node's SNIC (the baseline's only path, Fig. 4a)
     dualpath  per request, our policy code (dualpath.policy.read_path.ShorterQueue, paper §6.3) picks the
               prefill node or the decode node with the shorter read queue; a queue holds the hit tokens of
               requests sent to that side whose load has not finished (known when the first token comes)
 
-Reported per mode: jct_s (all trajectories done), ttft_mean_s, and per SNIC `snic_utilisation` = bytes read ÷
-(rate × time the SNIC had reads in flight) with `snic_share` = bytes read ÷ (rate × jct_s).
+Reported per mode: jct_s (all timed rounds done), ttft_mean_s, and per SNIC `snic_utilisation` = bytes read ÷
+(rate × time the SNIC had reads waiting or in flight, sampled every 5 ms) with `snic_share` = bytes read ÷
+(rate × jct_s).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import json
 import os
 import random
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,6 +58,33 @@ class Agent:
     done_s: float = 0.0
 
 
+class WaitClock:
+    """Seconds during which each SNIC had reads queued or in flight (its read queue non-empty), sampled."""
+
+    PERIOD_S = 0.005
+
+    def __init__(self, snics: dict[str, Any]) -> None:
+        self.snics = snics
+        self.waiting_s = {name: 0.0 for name in snics}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        last = time.monotonic()
+        while not self._stop.wait(self.PERIOD_S):
+            now = time.monotonic()
+            for name, snic in self.snics.items():
+                if snic.read_queue.queued_requests:
+                    self.waiting_s[name] += now - last
+            last = now
+
+    def stop(self) -> dict[str, float]:
+        self._stop.set()
+        self._thread.join()
+        return self.waiting_s
+
+
 @dataclass
 class ModeResult:
     jct_s: float
@@ -62,6 +92,7 @@ class ModeResult:
     ttfts_s: list[float] = field(default_factory=list)
     snic_utilisation: dict[str, float] = field(default_factory=dict)
     snic_share: dict[str, float] = field(default_factory=dict)
+    snic_waiting_s: dict[str, float] = field(default_factory=dict)
     bytes_read: dict[str, int] = field(default_factory=dict)
     de_reads: int = 0
     pe_reads: int = 0
@@ -71,7 +102,7 @@ def make_agents(n: int, rounds: int, context: int, append: int, seed: int, vocab
     rng = random.Random(seed)
     tokens = lambda k: [rng.randrange(1, vocab) for _ in range(k)]  # noqa: E731
     return [
-        Agent(prompt=tokens(context), appends=[tokens(append) for _ in range(rounds - 1)]) for _ in range(n)
+        Agent(prompt=tokens(context), appends=[tokens(append) for _ in range(rounds + 1)]) for _ in range(n)
     ]
 
 
@@ -92,9 +123,7 @@ def run_mode(
     rate_tokens_per_s = args.snic_mb_s * 1e6 / kv_bytes_per_token
     queue_tokens = {name: 0 for name in snics}  # hit tokens sent to a side whose load has not finished
     agents = make_agents(args.agents, args.rounds, args.context, args.append, seed, VOCAB)
-    before = {name: s.rx.stats() for name, s in snics.items()}
     result = ModeResult(jct_s=0.0, ttft_mean_s=0.0)
-    start_s = time.monotonic()
 
     def submit(i: int) -> None:
         agent = agents[i]
@@ -124,34 +153,47 @@ def run_mode(
         )
         engine.add_request(f"{mode}-{i}-{agent.round}", TokensPrompt(prompt_token_ids=agent.prompt), params)
 
-    for i in range(len(agents)):
-        submit(i)
-    left = len(agents)
-    while left:
-        for out in engine.step():
-            i = int(out.request_id.split("-")[1])
-            agent = agents[i]
-            if out.outputs and out.outputs[0].token_ids and not agent.first_token:
-                agent.first_token = True
-                result.ttfts_s.append(time.monotonic() - agent.submitted_s)
-                queue_tokens[agent.read_side] -= agent.hit_tokens
-            if not out.finished:
-                continue
-            if agent.round + 1 < args.rounds:
+    def drive(last_round: int) -> None:
+        """Run every agent up to `last_round` (inclusive), each submitting its next round when one ends."""
+        for i in range(len(agents)):
+            submit(i)
+        left = len(agents)
+        while left:
+            for out in engine.step():
+                i = int(out.request_id.split("-")[1])
+                agent = agents[i]
+                if out.outputs and out.outputs[0].token_ids and not agent.first_token:
+                    agent.first_token = True
+                    result.ttfts_s.append(time.monotonic() - agent.submitted_s)
+                    queue_tokens[agent.read_side] -= agent.hit_tokens
+                if not out.finished:
+                    continue
                 agent.prompt = agent.prompt + list(out.outputs[0].token_ids) + agent.appends[agent.round]
                 agent.round += 1
-                submit(i)
-            else:
-                agent.done_s = time.monotonic()
-                left -= 1
+                if agent.round <= last_round:
+                    submit(i)
+                else:
+                    agent.done_s = time.monotonic()
+                    left -= 1
+
+    # The first round has no hit (nothing is stored yet): it computes and persists, untimed.
+    drive(last_round=0)
+    result.ttfts_s.clear()
+    result.de_reads = result.pe_reads = 0
+    before = {name: s.rx.stats() for name, s in snics.items()}
+    clock = WaitClock(snics)
+    start_s = time.monotonic()
+    drive(last_round=args.rounds)
+    waiting_s = clock.stop()
     result.jct_s = max(a.done_s for a in agents) - start_s
     result.ttft_mean_s = sum(result.ttfts_s) / len(result.ttfts_s)
     for name, snic in snics.items():
         now = snic.rx.stats()
         nbytes = now.total_bytes - before[name].total_bytes
-        busy_s = now.busy_s - before[name].busy_s
         result.bytes_read[name] = nbytes
-        result.snic_utilisation[name] = nbytes / (snic.rx.rate_bytes_per_s * busy_s) if busy_s > 0 else 0.0
+        result.snic_waiting_s[name] = waiting_s[name]
+        busy = snic.rx.rate_bytes_per_s * waiting_s[name]
+        result.snic_utilisation[name] = nbytes / busy if busy > 0 else 0.0
         result.snic_share[name] = nbytes / (snic.rx.rate_bytes_per_s * result.jct_s)
     return result
 
@@ -161,12 +203,13 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--agents", type=int, default=8)
-    parser.add_argument("--rounds", type=int, default=4)
-    parser.add_argument("--context", type=int, default=600, help="first-round prompt tokens")
+    parser.add_argument("--rounds", type=int, default=3, help="timed rounds after the untimed first one")
+    parser.add_argument("--context", type=int, default=1200, help="first-round prompt tokens")
     parser.add_argument("--append", type=int, default=32, help="tokens appended per round")
-    parser.add_argument("--output", type=int, default=4, help="generated tokens per round")
+    parser.add_argument("--output", type=int, default=2, help="generated tokens per round")
     parser.add_argument("--decode-nodes", type=int, default=2)
     parser.add_argument("--snic-mb-s", type=float, default=4.0, help="every emulated SNIC's rate, MB/s")
+    parser.add_argument("--load-mode", choices=("staged", "layerwise"), default="staged")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
 
@@ -202,6 +245,7 @@ def main() -> None:
                 "endpoint": "pe0",
                 "namespace": namespace,
                 "persist_wait": True,
+                "load_mode": args.load_mode,
                 "de_buffer_bytes": 256 * 2**20,
             },
         )

@@ -75,6 +75,7 @@ if TYPE_CHECKING:
     from vllm.v1.request import Request
 
 LOAD_TIMEOUT_S = 120.0
+IDLE_WAIT_S = 0.005  # an idle step waits this long at most for a staged hit
 
 
 @dataclass
@@ -83,6 +84,7 @@ class DualPathMetadata(KVConnectorMetadata):
     copy: tuple[str, ...] = ()  # staged mode: requests whose staged hit goes to the paged cache this step
     loads: tuple[LoadSpec, ...] = ()  # layerwise mode: read into the paged cache during this step
     saves: tuple[SaveSpec, ...] = ()
+    idle: bool = False  # the step computes nothing (every request waits, e.g. for its staged hit)
 
 
 @dataclass
@@ -129,6 +131,7 @@ class DualPathConnector(KVConnectorBase_V1):
         self._staged: dict[str, Staging] = {}
         self._ready: list[Staging] = []
         self._ready_lock = threading.Lock()
+        self._ready_event = threading.Event()
         self._invalid: set[int] = set()
         self.timelines: list[StepTimeline] = []
         self.snic = make_snic(f"{self.config.endpoint or 'vllm'}.snic", self.config.snic_bytes_per_s)
@@ -208,6 +211,7 @@ class DualPathConnector(KVConnectorBase_V1):
             if blocks:
                 saves.append(SaveSpec(request_id=rid, blocks=blocks))
         return DualPathMetadata(
+            idle=scheduler_output.total_num_scheduled_tokens == 0,
             stage=specs if self.staged else (),
             copy=copy,
             loads=() if self.staged else specs,
@@ -297,6 +301,7 @@ class DualPathConnector(KVConnectorBase_V1):
     def _staging_ready(self, st: Staging) -> None:
         with self._ready_lock:
             self._ready.append(st)
+        self._ready_event.set()
 
     def start_load_kv(self, forward_context: ForwardContext, **kwargs: Any) -> None:
         return  # started in bind_connector_metadata
@@ -365,6 +370,12 @@ class DualPathConnector(KVConnectorBase_V1):
 
     def get_finished(self, finished_req_ids: set[str]) -> tuple[set[str] | None, set[str] | None]:
         """Staged hits now in DRAM; their bad blocks go out in the same pass (vLLM's contract)."""
+        meta = self._connector_metadata
+        if isinstance(meta, DualPathMetadata) and meta.idle and self._staged:
+            # Nothing to compute: wait briefly for a staging instead of letting vLLM's loop spin, which would
+            # hold the GIL that the read threads need.
+            self._ready_event.wait(IDLE_WAIT_S)
+        self._ready_event.clear()
         with self._ready_lock:
             ready, self._ready = self._ready, []
         now = time.monotonic()
