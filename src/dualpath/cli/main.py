@@ -27,6 +27,7 @@ COMMANDS = (
     "validate",
     "sweep",
     "advise",
+    "route",
 )
 
 
