@@ -112,3 +112,29 @@ def test_capacity_claim_is_empty_when_the_sweep_never_saturates_basic(tmp_path: 
     results = {s.key(): fast for s in experiment.specs(True)}
     section = experiment.analyze(results, True, tmp_path)
     assert all(c.ours is None and "did not reach" in c.note for c in section.claims)
+
+
+def test_balance_sections_read_windows_and_progress_beside_round_robin(tmp_path: Path) -> None:
+    """Fig. 13 reads the loaded windows' max/avg, Fig. 14 each stretch of the run, for both schedulers."""
+    results = {}
+    for k, spec in enumerate(EXPERIMENTS["fig13"].specs(True)):
+        loaded = {"windows": 40 + k, "mean": 1.1 + k, "p50": 1.05 + k, "p90": 1.3 + k, "max": 1.6 + k}
+        progress = {"0-5%": 1.2 + k, "5-20%": 1.4 + k, "20-50%": None, "50-80%": 2.0 + k, "80-100%": 3.0 + k}
+        results[spec.key()] = {
+            "snic_read_windows": {"window_s_median": 10.0, "all": loaded, "loaded": loaded},
+            "snic_read_bytes": {"0": 3e9, "1": 1e9},
+            "snic_read_max_over_avg": 1.5,
+            "attention_max_over_avg": 2.5 + k,
+            "attention_max_over_avg_by_progress": progress,
+            "attention_busy_max_over_avg": 1.5 + k,
+            "attention_busy_max_over_avg_by_progress": progress,
+        }
+    fig13 = EXPERIMENTS["fig13"].analyze(results, True, tmp_path)
+    assert [row[0] for row in fig13.rows] == ["dualpath-rr (round robin)", "dualpath (its scheduler)"]
+    assert fig13.rows[1][1:6] == [2.1, 2.05, 2.3, 2.6, 41]
+    fig14 = EXPERIMENTS["fig14"].analyze(results, True, tmp_path)
+    assert [row[:2] for row in fig14.rows] == [["dualpath-rr (round robin)", "all"],
+                                              ["dualpath-rr (round robin)", "every GPU busy"],
+                                              ["dualpath (its scheduler)", "all"],
+                                              ["dualpath (its scheduler)", "every GPU busy"]]  # fmt: skip
+    assert fig14.rows[2][2:] == [2.2, 2.4, None, 3.0, 4.0, 3.5]
