@@ -95,7 +95,7 @@ def _figure(sweep: Sweep, records: list[dict[str, Any]], name: str, plot_dir: Pa
         xs.append(float(x) if numeric else float(xs_all.index(x)))
         ys.append(r["metrics"][name])
     path = plot_dir / f"{_slug(name)}-vs-{_slug(sweep.x)}.png"
-    return _draw(path, series, None if numeric else xs_all, title=f"{sweep.title}: {name}", xlabel=sweep.x,
+    return _draw(path, series, None if numeric else xs_all, title=f"{sweep.name}: {name}", xlabel=sweep.x,
                  ylabel=name)  # fmt: skip
 
 
