@@ -69,4 +69,4 @@ vllm: $(VLLM_STAMP)
 
 test-vllm: $(VLLM_STAMP)
 	VLLM_ENABLE_V1_MULTIPROCESSING=0 VLLM_CPU_KVCACHE_SPACE=1 HF_HUB_OFFLINE=1 \
-		$(BIN)/python -m pytest -q -p no:cacheprovider tests/integrations
+		$(BIN)/python -m pytest -q -p no:cacheprovider -m "slow or not slow" tests/integrations
