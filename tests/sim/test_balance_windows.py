@@ -71,3 +71,27 @@ def _label_of(t: float, end_s: float) -> str:
         if t < b * end_s or b == PROGRESS_EDGES[-1]:
             return f"{100 * a:g}-{100 * b:g}%"
     raise AssertionError
+
+
+def test_read_waits_say_when_a_snic_idles_with_reads_queued() -> None:
+    """A DRAM buffer too small for two requests' hit KV leaves the PE SNIC idle while reads wait; the
+    80 GB buffer never does. Only runs that record links (`-o`) sample the readers."""
+    trajectories = [t[:30] for t in load_trajectories("64k", 48, 1)]
+    waits = {}
+    for buffer in ("80GB", "0.3GB"):
+        cluster = load_cluster(hardware="hopper-8x400g", model="ds-27b", num_prefill_nodes=1, num_decode_nodes=1,
+                               overrides=[f"hardware.dram_buffer_bytes={buffer}"])  # fmt: skip
+        config = SimConfig(cluster=cluster, mode="basic", record_links=True)
+        out = Simulation(config, trajectories, seed=1).run()
+        assert len(out.reader_samples) == len(out.queue_samples) > 0
+        waits[buffer] = summarise(out, offline=True, wall_s=0.0)["read_waits"]
+        assert waits[buffer]["1"]["waiting_samples"] == 0  # basic reads on the PE side only
+        queued = [s[0] for s in out.reader_samples if s[0][0] > 0]
+        assert waits[buffer]["0"]["waiting_samples"] == len(queued) > 0
+        idle = sum(1 for q in queued if q[1] == 0) / len(queued)
+        assert waits[buffer]["0"]["idle"] == pytest.approx(idle)
+    assert waits["80GB"]["0"]["idle"] == 0.0
+    assert waits["0.3GB"]["0"]["idle"] > 0.5
+    assert waits["0.3GB"]["0"]["buffer_used"] > waits["80GB"]["0"]["buffer_used"]
+    plain = summarise(simulate("basic"), offline=True, wall_s=0.0)
+    assert plain["read_waits"] is None  # no samples without `record_links`

@@ -171,6 +171,9 @@ class SimOutcome:
     attention_busy_times_s: list[float] = field(default_factory=list)
     # (time, bytes read so far by each node's SNIC, in node order): windows of ≈ SNIC_WINDOW_S (Fig. 13).
     snic_read_samples: list[tuple[float, tuple[float, ...]]] = field(default_factory=list)
+    # With `record_links` (`-o`), once a second per node: (reads queued, reads in flight, DRAM buffer used
+    # fraction), in node order; what `read_waits` in the summary reads (does a SNIC idle while reads wait?).
+    reader_samples: list[tuple[tuple[int, int, float], ...]] = field(default_factory=list)
 
     def topology_links(self) -> dict[str, Link]:
         return self.topology.links
@@ -229,6 +232,7 @@ class Simulation:
         self._touched: dict[_WritePipe, None] = {}
         self._agent_of: dict[int, Agent] = {}
         self._samples: list[tuple[float, int, float]] = []
+        self._reader_samples: list[tuple[tuple[int, int, float], ...]] = []
         self._attention_ratios: list[float] = []
         self._attention_ratios_busy: list[float] = []
         self._attention_times_s: list[float] = []
@@ -261,7 +265,7 @@ class Simulation:
         return SimOutcome(self.agents, self.times, self.sim.now_s, self.sim.events_processed, self.topo,
                           self.log, self.core, self._samples, self._attention_ratios, self.stop_reason,
                           self._attention_ratios_busy, self._attention_times_s, self._attention_busy_times_s,
-                          self._snic_samples)  # fmt: skip
+                          self._snic_samples, self._reader_samples)  # fmt: skip
 
     def _snic_sample(self, now_s: float) -> None:
         """Bytes read so far per SNIC, at the first read event at or after a window boundary.
@@ -291,6 +295,13 @@ class Simulation:
     def _sample(self) -> None:
         reading = sum(r.read_q_tokens for r in self.core.readers.values()) / 1e6
         self._samples.append((self.sim.now_s, self.core.scheduler.waiting, reading))
+        readers, buffers = self.core.readers, self.core.buffers
+        self._reader_samples.append(
+            tuple(
+                (readers[n].queued, readers[n].inflight, buffers[n].used / max(buffers[n].capacity, 1.0))
+                for n in sorted(readers)
+            )
+        )
         if any(math.isnan(a.end_s) for a in self.agents):
             self.sim.schedule(SAMPLE_INTERVAL_S, self._sample, priority=2)
 

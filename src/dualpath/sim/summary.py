@@ -116,6 +116,7 @@ def summarise(o: SimOutcome, *, offline: bool, wall_s: float) -> dict[str, Any]:
         "attention_max_over_avg_by_progress": by_progress(ratios, o.attention_times_s, end_s),
         "attention_busy_max_over_avg_by_progress": by_progress(busy, o.attention_busy_times_s, end_s),
         "snic_read_windows": snic_read_windows(o.snic_read_samples),
+        "read_waits": read_waits(o.reader_samples),
         "de_read_fraction": _de_fraction(o),
         "sim_end_s": o.end_s,
         # An online run stopped once clearly past the TTFT SLO (sim/early_stop.py): the numbers above
@@ -172,6 +173,25 @@ def snic_read_windows(samples: list[tuple[float, tuple[float, ...]]]) -> dict[st
         "all": dist(ratios),
         "loaded": dist(loaded),
     }
+
+
+def read_waits(samples: list[tuple[tuple[int, int, float], ...]]) -> dict[str, dict[str, float]] | None:
+    """Per node, from the once-a-second samples of `-o` runs (None without them): `waiting_samples`, the
+    samples with reads queued on the node; of those, `idle` the fraction with none in flight (its SNIC
+    reads nothing while reads wait: the head waits for DRAM buffer space) and `buffer_used` the mean
+    used fraction of the node's DRAM buffer."""
+    if not samples:
+        return None
+    out: dict[str, dict[str, float]] = {}
+    for node in range(len(samples[0])):
+        waiting = [s[node] for s in samples if s[node][0] > 0]
+        n = len(waiting)
+        out[str(node)] = {
+            "waiting_samples": n,
+            "idle": sum(1 for _, inflight, _ in waiting if inflight == 0) / n if n else 0.0,
+            "buffer_used": sum(used for _, _, used in waiting) / n if n else 0.0,
+        }
+    return out
 
 
 def _de_fraction(o: SimOutcome) -> float | None:
