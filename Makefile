@@ -53,7 +53,7 @@ clean:
 # With a working nvidia-smi the CUDA build (extra vllm-gpu), else the CPU build (extra vllm); the pins live in
 # pyproject. A constraint keeps pip on torch==2.13.0. The wheel's torchvision/torchaudio/torchcodec pins pull
 # CUDA builds that break `import vllm` on CPU, and text models need none of them: they are removed.
-.PHONY: vllm test-vllm
+.PHONY: vllm test-vllm demo-vllm
 VLLM_STAMP := $(VENV)/.vllm-installed
 
 $(VLLM_STAMP): $(STAMP) pyproject.toml
@@ -70,3 +70,6 @@ vllm: $(VLLM_STAMP)
 test-vllm: $(VLLM_STAMP)
 	VLLM_ENABLE_V1_MULTIPROCESSING=0 VLLM_CPU_KVCACHE_SPACE=1 HF_HUB_OFFLINE=1 \
 		$(BIN)/python -m pytest -q -p no:cacheprovider -m "slow or not slow" tests/integrations
+
+demo-vllm: $(VLLM_STAMP)
+	$(BIN)/dualpath demo --engine vllm

@@ -16,6 +16,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "temporary folder, SNICs emulated at a low bandwidth so storage I/O is the bottleneck) once per mode, "
         "replay the same agentic trace, and print JCT, TTFT, throughput and per-node SNIC utilisation.",
     )
+    parser.add_argument(
+        "--engine",
+        choices=("runtime", "vllm"),
+        default="runtime",
+        help="runtime: our serving runtime (default); vllm: a vLLM engine with DualPathConnector and 2 decode "
+        "nodes' DE readers, basic vs dualpath (needs `make vllm`; docs/vllm.md; the other options do not apply)",
+    )
     parser.add_argument("--config", default="local-1p2d", help="cluster preset or TOML file")
     parser.add_argument("--agents", type=int, default=16, help="agents (default 16)")
     parser.add_argument("--rounds", type=int, default=5, help="rounds per agent (default 5)")
@@ -29,6 +36,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.engine == "vllm":
+        return run_vllm(args)
     from dualpath.runtime.bench import BenchOptions
     from dualpath.runtime.experiment import demo_row, format_table, run_mode
 
@@ -52,4 +61,22 @@ def run(args: argparse.Namespace) -> int:
         print(format_table(rows))
         if not args.no_predict:
             print(format_predictions(rows))
+    return 0
+
+
+def run_vllm(args: argparse.Namespace) -> int:
+    import importlib.util
+
+    from dualpath.cli.main import UserError
+    from dualpath.integrations.vllm.paths import PathsOptions, format_summary, run_paths
+
+    if importlib.util.find_spec("vllm") is None:
+        raise UserError("--engine vllm needs the vLLM extra: make vllm (docs/vllm.md)")
+    if args.json:
+        import os
+
+        os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")  # stdout keeps the JSON only
+        print(json.dumps(run_paths(PathsOptions()), indent=2))
+    else:
+        print(format_summary(run_paths(PathsOptions(), say=lambda text: print(text, flush=True))))
     return 0
