@@ -76,6 +76,8 @@ class DecodeExecutor:
         self.requests: dict[int, _DeRequest] = {}
         self._cut_run = 0  # id of a run the scheduler asked to end at its next step boundary
         self._stopped: set[int] = set()  # requests cancelled (`decode_stop`), read between steps
+        self._dropped: set[int] = set()  # re-planned elsewhere or cancelled before decode (`drop`)
+        self._reading: dict[int, int] = {}  # rid -> its reads in flight
         # Run restarts: a run that continues requests of the one before waited (previous run's end ->
         # its start) for the completion's trip to the scheduler and the next command back.
         self._last_run: tuple[float, frozenset[int]] = (0.0, frozenset())  # (ended, its batch)
@@ -104,7 +106,12 @@ class DecodeExecutor:
     def on_command(self, message: Message) -> None:
         kind = message["type"]
         if kind == "read":
+            with self._lock:
+                rid = int(message["rid"])
+                self._reading[rid] = self._reading.get(rid, 0) + 1
             threading.Thread(target=self._read, args=(message,), daemon=True).start()
+        elif kind == "drop":
+            self._drop(int(message["rid"]))
         elif kind == "h2d":
             self._h2d.submit(self._do_h2d, message)
         elif kind == "persist":
@@ -136,11 +143,28 @@ class DecodeExecutor:
         usable = usable_hit_tokens(result, keys, bt)
         scatter_hits(self.links, staging, region, usable, start_tokens=start)
         self.links.dram.free(staging)
+        with self._lock:
+            self._reading[rid] -= 1
+            dropped = rid in self._dropped and not self._reading[rid]
+        if dropped:
+            self._decode.put({"type": "release", "rid": rid})  # the drop waited for this read
+            return
         self.links.emit({"type": "read_done", "rid": rid, "usable_tokens": usable})
+
+    def _drop(self, rid: int) -> None:
+        """The scheduler re-planned or cancelled the request before its decode (its PE died, or the
+        client left): free its landing region and pages, after any read still writing into them."""
+        with self._lock:
+            self._dropped.add(rid)
+            busy = bool(self._reading.get(rid))
+        if not busy:
+            self._decode.put({"type": "release", "rid": rid})
 
     def on_notice(self, notice: Notice) -> None:
         payload = notice.payload
         kind = payload["kind"]
+        if int(payload["rid"]) in self._dropped:
+            return
         state = self._state(int(payload["rid"]))
         if kind == "pull":
             self._landing(state, int(payload["prompt_tokens"]))
@@ -151,7 +175,8 @@ class DecodeExecutor:
     def _push_rows(self, state: _DeRequest, pe: str, payload: dict[str, Any]) -> None:
         """Where the PE writes (landing), then rows [start, end) per layer in order (Fig. 4b, 3-5)."""
         region = state.region
-        assert region is not None
+        if region is None:  # dropped meanwhile (its PE died)
+            return
         self.links.raw.notify(pe, {"kind": "landing", "rid": state.rid, "offset": region.offset_bytes,
                                    "layer_bytes": region.layer_bytes})  # fmt: skip
         start, end = int(payload["start"]), int(payload["end"])

@@ -50,13 +50,23 @@ async def _refuse(send: Any, status: int, message: str, headers: Headers) -> Non
     await send({"type": "http.response.body", "body": body, "more_body": False})
 
 
+NO_NODE_RETRY_AFTER_S = 2  # while no PE or no DE is up: a node restart takes a few seconds
+
+
 class RequestLimits:
     """ASGI middleware: 413 for a body over the limit, 429 (Retry-After) while the queue is full."""
 
-    def __init__(self, app: Any, limits: ServeLimits, queue_full: Callable[[], bool] = lambda: False) -> None:
+    def __init__(
+        self,
+        app: Any,
+        limits: ServeLimits,
+        queue_full: Callable[[], bool] = lambda: False,
+        unavailable: Callable[[], str | None] = lambda: None,
+    ) -> None:
         self.app = app
         self.limits = limits
         self.queue_full = queue_full
+        self.unavailable = unavailable  # why no request can be served now (no PE or no DE up): 503
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http" or scope.get("method") not in ("POST", "PUT", "PATCH"):
@@ -83,6 +93,9 @@ class RequestLimits:
             waiting = self.limits.max_waiting
             retry = [(b"retry-after", str(RETRY_AFTER_S).encode())]
             await _refuse(send, 429, f"{waiting} requests are waiting; retry later", retry)
+            return
+        if scope.get("path") in _GENERATING_PATHS and (why := self.unavailable()) is not None:
+            await _refuse(send, 503, why, [(b"retry-after", str(NO_NODE_RETRY_AFTER_S).encode())])
             return
         replayed = False
 

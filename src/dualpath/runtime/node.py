@@ -18,6 +18,7 @@ import contextlib
 import os
 import queue
 import signal
+import socket
 import sys
 import threading
 import time
@@ -56,6 +57,7 @@ _UNPACED_BYTES_PER_S = 1e15
 _ALLOC_RETRY_S = 0.005  # poll interval while the DRAM buffer has no contiguous room (allocate_region)
 _REPORT_INTERVAL_S = 0.02  # node leaders fetch every 20 ms: short next to one request's read (~100 ms)
 _SWITCH_INTERVAL_S = 0.0005  # 10x shorter than CPython's default 5 ms
+DISK_FULL_SWITCH = ".dualpath-disk-full"  # fault injection: while this file is in the store, writes fail
 _STORE_CAPACITY_BYTES = 2**40  # the shared directory is the whole "3FS"; eviction is not modelled (A.4)
 
 
@@ -126,7 +128,8 @@ class NodeLinks:
         self.cnic = EmulatedNic(f"{self.name}.cnic", cnic_rate)
         self.store = FileStore(options.store_dir, capacity_bytes=_STORE_CAPACITY_BYTES)
         self.reader = StorageReader(self.store, self.snic)
-        self.writer = PipelinedWriter(self.store, self.snic)  # link time overlapped with commits
+        # link time overlapped with commits; DISK_FULL_SWITCH in the store fails writes as a full disk would
+        self.writer = PipelinedWriter(self.store, self.snic, full_switch=options.store_dir / DISK_FULL_SWITCH)
         self.read_wait = WaitMeter()
         if options.tcp_host is not None:
             from dualpath.transfer import TcpBackend
@@ -256,6 +259,7 @@ def run_node(options: NodeOptions, spec: RuntimeClusterSpec) -> int:
             "name": options.name,
             "role": options.role,
             "pid": os.getpid(),
+            "host": socket.gethostname(),  # with pid: the scheduler on the same host sees its exit at once
             "model": served_model_name(spec.model),
             "dtype": model.config.dtype,
             "vocab_size": model.config.vocab_size,
@@ -332,6 +336,11 @@ def _main_loop(control: zmq.Socket, links: NodeLinks, engine: Engine, stop: thre
             for message in recv_all(control):
                 if message["type"] == "stop":
                     return
+                if message["type"] == "peers":  # a node (re)joined: its transfer endpoint is new
+                    for peer, address in dict(message["peers"]).items():
+                        if peer != links.name:
+                            links.raw.add_peer(peer, address)
+                    continue
                 engine.on_command(message)
         if time.monotonic() >= next_report:
             stats = {**links.stats(), **engine.stats()}

@@ -18,6 +18,7 @@ send of the step left, behind them on the FIFO transmit thread (with a `kv_done`
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -25,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+import zmq
 
 from dualpath.kvcache import block_keys
 from dualpath.runtime.control import Message
@@ -71,6 +73,8 @@ class PrefillExecutor:
         self.layers = self.model.config.num_layers
         self.requests: dict[int, _PeRequest] = {}
         self._items: dict[tuple[int, int], _Item] = {}  # (rid, step) -> item awaiting DE rows
+        self._dropped: set[int] = set()  # re-planned elsewhere or cancelled (`drop`): work for them is void
+        self._reading: dict[int, int] = {}  # rid -> its reads in flight
         self._lock = threading.Lock()
         self._steps: queue.Queue[Message | None] = queue.Queue()
         self._io = ThreadPoolExecutor(1, thread_name_prefix="pe-load")
@@ -86,9 +90,34 @@ class PrefillExecutor:
     # ---- messages ---------------------------------------------------------------------------------
     def on_command(self, message: Message) -> None:
         if message["type"] == "read":
+            with self._lock:
+                rid = int(message["rid"])
+                self._reading[rid] = self._reading.get(rid, 0) + 1
             threading.Thread(target=self._read, args=(message,), daemon=True).start()
         elif message["type"] == "step":
             self._steps.put(message)
+        elif message["type"] == "drop":
+            self._drop(int(message["rid"]))
+
+    def _drop(self, rid: int) -> None:
+        """The scheduler re-planned or cancelled the request (its DE died, or the client left): nothing
+        waits for its landing or rows any more, its sends are skipped, and its PE region is freed once
+        no read or step uses it."""
+        with self._lock:
+            self._dropped.add(rid)
+            state = self.requests.get(rid)
+            items = [item for (r, _), item in self._items.items() if r == rid]
+            idle = not items and not self._reading.get(rid)
+            if idle:
+                self.requests.pop(rid, None)
+        if state is not None:
+            state.landing_set.set()
+        for item in items:
+            for event in item.arrived:
+                event.set()
+        if idle and state is not None and state.region is not None:
+            self.links.dram.free(state.region)
+            state.region = None
 
     def _read(self, message: Message, *, report: bool = True) -> None:
         """PE-side read of hit rows [start, start + tokens) (start is 0 on the PE side) into PE DRAM."""
@@ -103,6 +132,16 @@ class PrefillExecutor:
         scatter_hits(self.links, staging, state.region, usable, start_tokens=start)
         self.links.dram.free(staging)
         state.pe_rows = start + usable
+        with self._lock:
+            self._reading[rid] = self._reading.get(rid, 1) - 1
+            dropped = rid in self._dropped
+            if dropped and not self._reading[rid]:
+                self.requests.pop(rid, None)
+        if dropped:
+            if state.region is not None and self.requests.get(rid) is None:
+                self.links.dram.free(state.region)
+                state.region = None
+            return
         if report:  # an oracle's inline read was no core command: nothing to report
             self.links.emit({"type": "read_done", "rid": rid, "usable_tokens": usable})
 
@@ -159,12 +198,19 @@ class PrefillExecutor:
             item.recv = self.links.allocate_region(valid - pe_rows)
         with self._lock:
             self._items[(rid, step)] = item
+            dropped = rid in self._dropped
+        if dropped:  # queued before its drop: computed for nothing, sent nowhere
+            state.landing_set.set()
+            for event in item.arrived:
+                event.set()
+            return item
         # The DE answers with its landing region, then pushes rows [pe_rows, valid) layer by layer.
         pull = {"kind": "pull", "rid": rid, "step": step, "start": pe_rows, "end": valid,
                 "prompt_tokens": len(body["token_ids"]),
                 "offset": item.recv.offset_bytes if item.recv else 0,
                 "layer_bytes": item.recv.layer_bytes if item.recv else 0}  # fmt: skip
-        self.links.raw.notify(body["de"], pull)
+        with contextlib.suppress(OSError, KeyError, ValueError, zmq.ZMQError):  # a DE that died: dropped soon
+            self.links.raw.notify(body["de"], pull)
         return item
 
     def _step(self, message: Message) -> None:
@@ -204,17 +250,12 @@ class PrefillExecutor:
         def send(layer: int) -> None:
             for item in items:
                 item.state.landing_set.wait()
-                assert item.state.landing is not None
-                offset, layer_bytes = item.state.landing
-                base = offset + layer * layer_bytes
-                row = self.links.row_bytes
-                if item.first and item.pe_rows:
-                    hits = item.out.pop(-1 - layer)
-                    self.links.link.write(item.body["de"], "dram", base, layer_kv_to_bytes(hits))
-                new_kv = item.out.pop(layer)
-                self.links.link.write(
-                    item.body["de"], "dram", base + item.valid * row, layer_kv_to_bytes(new_kv)
-                )
+                if item.state.landing is None or int(item.body["rid"]) in self._dropped:
+                    continue  # dropped: its DE is gone or it was cancelled
+                try:
+                    self._send_layer(item, layer)
+                except (OSError, KeyError, ValueError):  # its DE died mid-send: the scheduler re-plans it
+                    continue
 
         run_pipeline(self.layers, message["layerwise"], load=load, compute=compute, send=send,
                      io=self._io, tx=self._tx)  # fmt: skip
@@ -234,6 +275,19 @@ class PrefillExecutor:
         self.links.emit(done)
         self._tx.submit(self._after_sends, step, items)
 
+    def _send_layer(self, item: _Item, layer: int) -> None:
+        """One layer of the item's KV to its DE's landing region (and, on a first chunk, its PE-side
+        hit rows: the DE does not have them)."""
+        assert item.state.landing is not None
+        offset, layer_bytes = item.state.landing
+        base = offset + layer * layer_bytes
+        row = self.links.row_bytes
+        if item.first and item.pe_rows:
+            hits = item.out.pop(-1 - layer)
+            self.links.link.write(item.body["de"], "dram", base, layer_kv_to_bytes(hits))
+        new_kv = item.out.pop(layer)
+        self.links.link.write(item.body["de"], "dram", base + item.valid * row, layer_kv_to_bytes(new_kv))
+
     def _first_token(self, body: dict[str, Any], hidden: torch.Tensor) -> tuple[int, int, str | None]:
         """Token 1, drawn here from the last forward's logits with the request's sampling (the decode node
         draws the rest with the same `sample_next`), and whether it ends the output."""
@@ -247,10 +301,12 @@ class PrefillExecutor:
         for item in items:
             rid = int(item.body["rid"])
             done = bool(item.body["completes_prefill"])
-            self.links.raw.notify(item.body["de"], {"kind": "kv_done", "rid": rid, "completes": done})
+            with contextlib.suppress(OSError, KeyError, ValueError, zmq.ZMQError):  # a DE that died
+                self.links.raw.notify(item.body["de"], {"kind": "kv_done", "rid": rid, "completes": done})
             with self._lock:
                 self._items.pop((rid, step), None)
-                state = self.requests.pop(rid, None) if done else None
+                dropped = rid in self._dropped and not self._reading.get(rid)
+                state = self.requests.pop(rid, None) if done or dropped else None
             if state is not None and state.region is not None:
                 self.links.dram.free(state.region)
         self.links.emit({"type": "kv_out_done", "step_id": step})

@@ -21,9 +21,11 @@ line when a write succeeds again (space came back), so a full disk does not floo
 
 from __future__ import annotations
 
+import errno
 import logging
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
 
 from dualpath.kvcache import KVStore
 from dualpath.transfer import BlockWrite, WriteJob
@@ -79,8 +81,18 @@ class _Job:
 
 
 class PipelinedWriter:
-    def __init__(self, store: KVStore, snic: Snic, *, commits_in_flight: int = COMMITS_IN_FLIGHT) -> None:
+    def __init__(
+        self,
+        store: KVStore,
+        snic: Snic,
+        *,
+        commits_in_flight: int = COMMITS_IN_FLIGHT,
+        full_switch: Path | None = None,
+    ) -> None:
         self.store = store
+        # Fault injection (benchmarks/chaos.py): while this file exists every block write fails with
+        # ENOSPC, as on a full disk, without filling one.
+        self.full_switch = full_switch
         self.snic = snic
         self._pace = ThreadPoolExecutor(1, thread_name_prefix=f"{snic.name}-write")  # FIFO on the link
         self._commit = ThreadPoolExecutor(commits_in_flight, thread_name_prefix=f"{snic.name}-commit")
@@ -108,6 +120,8 @@ class PipelinedWriter:
 
     def _put(self, block: BlockWrite, state: _Job) -> None:
         try:
+            if self.full_switch is not None and self.full_switch.exists():
+                raise OSError(errno.ENOSPC, f"No space left on device (switch {self.full_switch} is on)")
             put = self.store.put_full_block(
                 block.key, block.data, num_layers=block.num_layers, parent=block.parent
             )

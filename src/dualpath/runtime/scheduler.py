@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import secrets
+import socket
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +33,7 @@ from dualpath.runtime.api import CompletionRequest, TokenChunk
 from dualpath.runtime.cluster import ClusterConfigError, RuntimeClusterSpec
 from dualpath.runtime.control import Message, decode, encode
 from dualpath.runtime.driver import CLIENT, DriverConfig, RuntimeDriver
-from dualpath.runtime.limits import RequestLimits, ServeLimits
+from dualpath.runtime.limits import NO_NODE_RETRY_AFTER_S, RequestLimits, ServeLimits
 from dualpath.runtime.model_host import model_tokenizer
 from dualpath.runtime.prom import ServeMetrics
 from dualpath.runtime.sampling import SamplingParams
@@ -51,6 +53,10 @@ SMALLEST_SERVED_REQUEST = (256, 16)
 _DRAM_COPIES = 2  # a read's staging region beside the request's region (see `admission_error`)
 _DRAM_ALIGN_SLACK_BYTES = 2 * 64 * 128  # two regions of ≤128 layers aligned to 64 bytes (`dram.py`)
 _WATCH_INTERVAL_S = 0.25  # how soon a dead node or a stopped control loop stops `serve`
+# A node silent this long (no report; it sends one every 20 ms) is marked down and told to stop. Chosen:
+# far above a report's worst delay seen on the 2-core host under load, far below a client's patience.
+HEARTBEAT_TIMEOUT_S = 5.0
+_EXIT_CHECK_AFTER_S = 0.2  # a node this late with its report is checked for a process exit (same host)
 _FETCH_TICK_S = (
     0.02  # periodic fetch when nothing else woke the loop (paper §6.1: leaders fetch periodically)
 )
@@ -64,6 +70,9 @@ class LiveRequest:
     hit_tokens: int
     first_token_s: float | None = None
     generated: int = 0
+    sampling: SamplingParams | None = None  # as the nodes draw (its seed too): a continuation keeps it
+    out_ids: list[int] = field(default_factory=list)  # tokens the client has (a continuation's prefix)
+    replans: int = 0  # times a node failure made it continue elsewhere
 
 
 @dataclass
@@ -101,6 +110,10 @@ class ClusterScheduler:
         self.clock = clock
         self.event_log_path = event_log_path
         self.sent: list[tuple[float, list[tuple[str, Message]]]] = []  # with event_log_path: for replays
+        self.down: set[str] = set()  # nodes marked down (exit or silence) until they join again
+        self.last_report_s: dict[str, float] = {}
+        self.join_info: Message = {}  # what `dualpath node` needs to (re)join (serve fills it)
+        self.pids: dict[str, int] = {}
 
     # ---- readiness --------------------------------------------------------------------------------
     def is_ready(self) -> bool:
@@ -147,16 +160,106 @@ class ClusterScheduler:
         if hit_tokens >= len(ids):
             hit_tokens -= bt  # at least one prompt token must be computed (it yields the first token)
         now = self.clock()
+        sampling = self.request_sampling(api)
         rid, out = self.driver.submit(
             token_ids=ids,
             hit_tokens=hit_tokens,
             max_tokens=api.max_tokens,
             now_s=now,
-            sampling=self.request_sampling(api).to_message(),
+            sampling=sampling.to_message(),
         )
-        live = LiveRequest(rid=rid, api=api, chunks=asyncio.Queue(), hit_tokens=hit_tokens)
+        live = LiveRequest(rid=rid, api=api, chunks=asyncio.Queue(), hit_tokens=hit_tokens, sampling=sampling)
         self.live[rid] = live
         return live, self._route(now, out) + self.maybe_fetch()
+
+    def unavailable(self) -> str | None:
+        """Why nothing can be served now (no PE or no DE up), or None: the API answers 503 with
+        Retry-After instead of queueing a request that would wait for a node nobody may restart."""
+        if self.driver is None:
+            return None
+        pe, de = self.driver.nodes_up
+        if pe and de:
+            return None
+        role = "prefill" if not pe else "decode"
+        down = ", ".join(sorted(self.down))
+        return f"no {role} node is up (down: {down}); retry after {NO_NODE_RETRY_AFTER_S} s"
+
+    def _replan(self, old_rid: int) -> list[tuple[str, Message]]:
+        """A node failure took the request's work (`ClusterCore.on_node_down`): it continues as a new
+        request whose prompt is its prompt + the tokens its client already has, for the rest of its
+        budget, drawn with the same seed at the same positions (greedy: the tokens an undisturbed run
+        gives). Its KV comes from the store (what was persisted) plus recompute. No PE or no DE up:
+        its client gets a 503 now instead of a hang."""
+        assert self.driver is not None
+        live = self.live.pop(old_rid, None)
+        if live is None:
+            return []
+        left = live.api.max_tokens - len(live.out_ids)
+        if left <= 0:
+            live.chunks.put_nowait(
+                TokenChunk(token_ids=(), finish_reason="length", info={"replans": live.replans})
+            )
+            return []
+        refusal = self.unavailable()
+        if refusal is not None:
+            live.chunks.put_nowait(TokenChunk(token_ids=(), finish_reason="error", info={"error": refusal}))
+            return []
+        bt = self.spec.block_tokens
+        ids = list(live.api.prompt_token_ids) + live.out_ids
+        hit_tokens = self.store.hit_blocks(block_keys(ids, bt)) * bt
+        if hit_tokens >= len(ids):
+            hit_tokens -= bt
+        sampling = live.sampling or self.request_sampling(live.api)
+        if sampling.min_tokens:
+            sampling = replace(sampling, min_tokens=max(0, sampling.min_tokens - len(live.out_ids)))
+        now = self.clock()
+        rid, out = self.driver.submit(
+            token_ids=ids, hit_tokens=hit_tokens, max_tokens=left, now_s=now, sampling=sampling.to_message()
+        )
+        live.rid = rid
+        live.replans += 1
+        self.live[rid] = live
+        return self._route(now, out)
+
+    def node_down(self, name: str, reason: str) -> list[tuple[str, Message]]:
+        """A node died or went silent: mark it down, re-plan its work (the core decides), and tell it to
+        stop in case it still runs (a silent node must restart to join again)."""
+        if self.driver is None or name in self.down or name not in dict(self.expected):
+            return []
+        print(f"dualpath serve: node {name} is down ({reason}); its requests continue elsewhere", flush=True)
+        self.down.add(name)
+        now = self.clock()
+        out = self._route(now, self.driver.handle({"type": "node_down", "node": name}, now))
+        return [*out, (name, {"type": "stop"})] + self.maybe_fetch()
+
+    def check_heartbeats(self) -> list[tuple[str, Message]]:
+        """Nodes silent for HEARTBEAT_TIMEOUT_S are down."""
+        if self.driver is None:
+            return []
+        now = self.clock()
+        out: list[tuple[str, Message]] = []
+        for name, seen in list(self.last_report_s.items()):
+            if name in self.down:
+                continue
+            if now - seen > HEARTBEAT_TIMEOUT_S:
+                out += self.node_down(name, f"no report for {now - seen:.1f} s")
+            elif now - seen > _EXIT_CHECK_AFTER_S and not self._alive(name):
+                out += self.node_down(name, f"its process (pid {self.pids.get(name)}) is gone")
+        return out
+
+    def _alive(self, name: str) -> bool:
+        """False when the node runs on this host and its process is gone (a quicker sign than silence)."""
+        hello = self.nodes[name].hello
+        pid = int(hello.get("pid", 0))
+        if hello.get("host") != socket.gethostname() or pid <= 0:
+            return True
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
 
     def request_sampling(self, api: CompletionRequest) -> SamplingParams:
         """The request's sampling as the nodes use it: the model's EOS ids, and a fresh random seed when
@@ -233,8 +336,8 @@ class ClusterScheduler:
         nodes = []
         for dest, message in out:
             if dest == CLIENT:
-                self._to_client(message)
-            else:
+                nodes += self._to_client(message)
+            elif dest not in self.down or message["type"] == "stop":
                 nodes.append((dest, message))
         return nodes
 
@@ -261,26 +364,42 @@ class ClusterScheduler:
         if roles.get(name) != message["role"]:
             reason = f"{name!r} is not a {message['role']} node of {self.spec.name}"
             return [(name, {"type": "reject", "reason": reason})]
+        out: list[tuple[str, Message]] = []
+        if self.driver is not None and name not in self.down and name in self.addresses:
+            out += self.node_down(name, "it restarted")  # its old process is gone with its work
+            out = [m for m in out if m != (name, {"type": "stop"})]
         self.nodes[name] = NodeSlot(name=name, role=message["role"], hello=message)
+        self.pids[name] = int(message.get("pid", 0))
         if self.driver is not None:  # a node that (re)joined after the start
-            return [(name, {"type": "start", "mode": self.mode})]
+            return [*out, (name, {"type": "start", "mode": self.mode})]
         if len(self.nodes) == len(self.expected):
             return self._start_core()
         return []
 
     def _on_ready(self, message: Message) -> list[tuple[str, Message]]:
         """Once every node has its transfer endpoint up, tell everyone where the others are."""
-        self.addresses[message["name"]] = message["address"]
+        name = str(message["name"])
+        self.addresses[name] = message["address"]
+        self.last_report_s[name] = self.clock()
         if len(self.addresses) < len(self.expected):
             return []
         peers = {"type": "peers", "peers": dict(sorted(self.addresses.items()))}
-        return [(name, peers) for name in self.nodes]
+        out = [(n, peers) for n in self.nodes if n not in self.down or n == name]
+        if name in self.down and self.driver is not None:  # it joined again: placed on from now on
+            self.down.discard(name)
+            print(f"dualpath serve: node {name} joined again", flush=True)
+            now = self.clock()
+            out += self._route(now, self.driver.handle({"type": "node_up", "node": name}, now))
+            out += self.maybe_fetch()
+        return out
 
     def _on_report(self, message: Message) -> None:
         """Node statistics for /metrics (the core keeps its own loads; reports decide nothing)."""
         name = str(message.get("name", ""))
         if name not in self.nodes:
             return
+        if name not in self.down:
+            self.last_report_s[name] = self.clock()
         self.nodes[name].hello.setdefault("stats", {})
         self.nodes[name].hello["stats"] = message.get("stats", {})
         self.metrics.observe_node(name, message.get("stats", {}))
@@ -288,17 +407,21 @@ class ClusterScheduler:
             sum(int(s.hello.get("stats", {}).get("corrupt_blocks", 0)) for s in self.nodes.values())
         )
 
-    def _to_client(self, message: Message) -> None:
+    def _to_client(self, message: Message) -> list[tuple[str, Message]]:
+        """A chunk for the request's stream; a `replan` submits its continuation (messages returned)."""
         live = self.live.get(int(message["rid"]))
         if live is None:
-            return
+            return []
+        if message["type"] == "replan":
+            return self._replan(live.rid)
         now = time.time()
         if message["type"] == "tokens":
             if live.first_token_s is None:
                 live.first_token_s = now
             live.generated += len(message["token_ids"])
+            live.out_ids += [int(t) for t in message["token_ids"]]
             live.chunks.put_nowait(TokenChunk(token_ids=tuple(message["token_ids"])))
-            return
+            return []
         del self.live[live.rid]
         first = live.first_token_s or now
         tpot = (now - first) / (live.generated - 1) if live.generated > 1 else None
@@ -306,8 +429,11 @@ class ClusterScheduler:
             read_side=message["read_side"], ttft_s=first - live.api.arrival_s, tpot_s=tpot
         )
         info = {k: v for k, v in message.items() if k not in ("type", "rid")}
+        if live.replans:
+            info["replans"] = live.replans
         reason = str(info.get("finish_reason", "length"))
         live.chunks.put_nowait(TokenChunk(token_ids=(), finish_reason=reason, info=info))
+        return []
 
     def write_event_log(self) -> None:
         """The driver's config, input events, outgoing messages and decisions, for a replay."""
@@ -328,7 +454,7 @@ class SchedulerBackend:
     def __init__(self, scheduler: ClusterScheduler, router: zmq.asyncio.Socket | None = None) -> None:
         self.scheduler = scheduler
         self.router = router
-        self.rids: dict[str, int] = {}  # API request id -> the core's rid, while the request runs
+        self.rids: dict[str, LiveRequest] = {}  # API request id -> its request (latest rid) while it runs
         self.pending: set[asyncio.Task[None]] = set()  # cancel sends in flight (kept from collection)
 
     async def send(self, out: list[tuple[str, Message]]) -> None:
@@ -350,10 +476,14 @@ class SchedulerBackend:
     def tokenize(self, text: str, *, add_special_tokens: bool = True) -> list[int]:
         return list(self.scheduler.tokenizer.encode(text, add_bos=add_special_tokens))
 
-    def chat_token_ids(self, messages: list[dict[str, str]], *, add_generation_prompt: bool = True) -> list[int]:
+    def chat_token_ids(
+        self, messages: list[dict[str, str]], *, add_generation_prompt: bool = True
+    ) -> list[int]:
         """The served model's chat template, then its tokenizer (one BOS whether or not the template has one)."""
         try:
-            return list(self.scheduler.tokenizer.encode_chat(messages, add_generation_prompt=add_generation_prompt))
+            return list(
+                self.scheduler.tokenizer.encode_chat(messages, add_generation_prompt=add_generation_prompt)
+            )
         except Exception as error:  # a template's raise_exception (roles out of order, ...) or a broken one
             raise ValueError(f"the chat template refused them: {error}") from None
 
@@ -363,11 +493,11 @@ class SchedulerBackend:
 
     def cancel(self, request_id: str) -> None:
         """End a request early in the cluster (stop string, client gone); fire and forget."""
-        rid = self.rids.pop(request_id, None)
+        live = self.rids.pop(request_id, None)
         cancel = getattr(self.scheduler, "cancel", None)
-        if rid is None or cancel is None:
+        if live is None or cancel is None:
             return
-        out = cancel(rid)
+        out = cancel(live.rid)
         if out:
             task = asyncio.get_running_loop().create_task(self.send(list(out)))
             self.pending.add(task)
@@ -386,6 +516,15 @@ class SchedulerBackend:
             info["prefill_tokens_per_s"] = driver.config.prefill_tokens_per_s
             info["attention_s_per_token_pair"] = driver.config.attention_s_per_token_pair
             info["active_requests"] = driver.active_requests  # submitted, not yet done (cancels included)
+            info["nodes"] = {
+                name: {
+                    "role": role,
+                    "up": name not in self.scheduler.down,
+                    "pid": self.scheduler.pids.get(name),
+                }
+                for name, role in self.scheduler.expected
+            }
+            info["join"] = self.scheduler.join_info
         return info
 
     def metrics_text(self) -> bytes:
@@ -393,18 +532,26 @@ class SchedulerBackend:
 
     async def generate(self, request: CompletionRequest) -> AsyncIterator[TokenChunk]:
         """The request's chunks; leaving before the last one (a client gone) cancels it in the cluster."""
+        unavailable = getattr(self.scheduler, "unavailable", None)
+        refusal = None if unavailable is None else unavailable()
+        if refusal is not None:
+            raise ProtocolError(503, refusal)
         live, out = self.scheduler.submit(request)
-        self.rids[request.request_id] = live.rid
+        self.rids[request.request_id] = live
         try:
             await self.send(out)
             while True:
                 chunk = await self._next_chunk(live, request)
                 if chunk.finish_reason is not None:
                     self.rids.pop(request.request_id, None)
+                if chunk.finish_reason == "error":  # a node failure left no PE or no DE to continue on
+                    raise ProtocolError(503, str(chunk.info.get("error", "no node can continue it")))
                 if chunk.finish_reason == "abort" and "cached_tokens" not in chunk.info:
                     # cancelled (a stop string matched): the store hit planned at submission
                     info = {**chunk.info, "cached_tokens": live.hit_tokens}
-                    chunk = TokenChunk(token_ids=chunk.token_ids, finish_reason=chunk.finish_reason, info=info)
+                    chunk = TokenChunk(
+                        token_ids=chunk.token_ids, finish_reason=chunk.finish_reason, info=info
+                    )
                 yield chunk
                 if chunk.finish_reason is not None:
                     return
@@ -430,9 +577,16 @@ async def send_all(router: zmq.asyncio.Socket, out: list[tuple[str, Message]]) -
         await router.send_multipart([name.encode(), encode(message)])
 
 
-async def control_loop(scheduler: ClusterScheduler, router: zmq.asyncio.Socket) -> None:
-    """Drain what the nodes sent, then one coalesced fetch if due; a periodic tick fetches too."""
+async def control_loop(
+    scheduler: ClusterScheduler,
+    router: zmq.asyncio.Socket,
+    node_exits: Callable[[], list[tuple[str, str]]] = lambda: [],
+) -> None:
+    """Drain what the nodes sent, then one coalesced fetch if due; a periodic tick fetches too. A node
+    process that exited (`node_exits`: name, why) or went silent is marked down and its work re-planned."""
     while True:
+        for name, why in node_exits():
+            await send_all(router, scheduler.node_down(name, why))
         await router.poll(int(_FETCH_TICK_S * 1000))
         while True:
             try:
@@ -444,6 +598,7 @@ async def control_loop(scheduler: ClusterScheduler, router: zmq.asyncio.Socket) 
             except ValueError:  # not a control message of ours (UnicodeDecodeError is one too)
                 continue
             await send_all(router, scheduler.handle(name, message))  # a driver error stops serving
+        await send_all(router, scheduler.check_heartbeats())
         await send_all(router, scheduler.maybe_fetch())
 
 
@@ -482,6 +637,7 @@ async def serve_scheduler(
     check: Callable[[], str | None] = lambda: None,
     shutdown_grace_s: float | None = None,
     on_signal: Callable[[], None] = lambda: None,
+    node_exits: Callable[[], list[tuple[str, str]]] = lambda: [],
 ) -> str | None:
     """Run the control plane and the HTTP API until uvicorn is asked to stop (SIGINT/SIGTERM: returns
     None) or `check` names a failure (returns it). Requests in flight get `shutdown_grace_s` to finish."""
@@ -497,7 +653,10 @@ async def serve_scheduler(
     if on_bound is not None:
         on_bound(str(router.getsockopt_string(zmq.LAST_ENDPOINT)))
     app = RequestLimits(
-        build_app(SchedulerBackend(scheduler, router)), scheduler.limits, scheduler.queue_full
+        build_app(SchedulerBackend(scheduler, router)),
+        scheduler.limits,
+        scheduler.queue_full,
+        scheduler.unavailable,
     )
     server = _graceful_server(
         uvicorn.Config(
@@ -510,7 +669,7 @@ async def serve_scheduler(
         ),
         on_signal,
     )
-    control = asyncio.create_task(control_loop(scheduler, router))
+    control = asyncio.create_task(control_loop(scheduler, router, node_exits))
 
     def check_all() -> str | None:
         if control.done():  # the driver raised: serving on would hang every request

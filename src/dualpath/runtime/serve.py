@@ -4,7 +4,8 @@ Shutdown (Ctrl-C / SIGTERM): uvicorn stops the HTTP server (streams in flight ge
 `--shutdown-grace` period), then every node gets SIGTERM (it drains, closes its transfer endpoint and
 unlinks its shared memory), stragglers get SIGKILL when the grace period is over (a second SIGTERM:
 at once), and any `dp_<namespace>_*` segment a killed node left behind is unlinked here. No orphan
-processes remain. A node that dies (at start-up too) stops `serve` with exit status 1.
+processes remain. A node that dies at start-up stops `serve` with exit status 1; one that dies later is
+marked down, its work re-planned (`ClusterCore.on_node_down`), and `dualpath node` may join it again.
 """
 
 from __future__ import annotations
@@ -105,6 +106,8 @@ def serve(
                 f"dualpath serve: {spec.name} ({scheduler.mode}) on http://{host}:{port}, control {address}",
                 flush=True,
             )
+            scheduler.join_info = {"scheduler": address, "store": str(store_dir), "config": config,
+                                   "namespace": namespace}  # fmt: skip
             if not spawn_nodes:
                 return
             for name, role in spec.node_ids():
@@ -124,6 +127,23 @@ def serve(
         # KeyboardInterrupt lets the `finally` below stop the nodes instead of dying with them orphaned.
         signal.signal(signal.SIGTERM, _interrupt)
         stopping = Shutdown(children, shutdown_grace_s)
+        exited: set[int] = set()
+
+        def node_exits() -> list[tuple[str, str]]:
+            """Spawned nodes that died once serving began: marked down, their work re-planned; `dualpath
+            node` (or a restart of it) joins again under the same name."""
+            if scheduler.driver is None:
+                return []
+            out = []
+            for child, (name, _) in zip(children, spec.node_ids(), strict=False):
+                if child.poll() is not None and child.pid not in exited:
+                    exited.add(child.pid)
+                    out.append((name, f"pid {child.pid} exited with status {child.returncode}"))
+            return out
+
+        def start_failure() -> str | None:  # before serving began, a dead node stops `serve` (status 1)
+            return _dead_child(children, spec.node_ids()) if scheduler.driver is None else None
+
         failure: str | None = None
         try:
             failure = asyncio.run(
@@ -133,7 +153,8 @@ def serve(
                     http_port=port,
                     control_address=f"tcp://{'0.0.0.0' if not spawn_nodes else '127.0.0.1'}:{control_port}",
                     on_bound=start_nodes,
-                    check=lambda: _dead_child(children, spec.node_ids()),
+                    check=start_failure,
+                    node_exits=node_exits,
                     shutdown_grace_s=shutdown_grace_s,
                     on_signal=stopping.begin,
                 )

@@ -67,6 +67,15 @@ class SharedMemoryBackend(ZmqEndpoint):
             self._views[buffer_name] = shm.buf[:nbytes]
         return self._views[buffer_name]
 
+    def add_peer(self, peer: str, address: str) -> None:
+        """A peer (again): a restarted peer owns new segments under the same names, so maps of the old
+        ones are dropped and the next write attaches afresh."""
+        for key in [k for k in self._attached if k[0] == peer]:
+            view = self._attached.pop(key)
+            with contextlib.suppress(BufferError):  # a write in flight still holds it: let it go with that
+                view.release()
+        super().add_peer(peer, address)
+
     def write(
         self, peer: str, buffer_name: str, offset_bytes: int, data: Buffer, notice: JsonDict | None = None
     ) -> None:
