@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dualpath.integrations.vllm.config import ConnectorConfig
+from dualpath.integrations.vllm.config import ConnectorConfig, shard_dir, shard_name
 from dualpath.integrations.vllm.plan import RequestTrack, blocks_to_persist, hit_blocks, spans
 from dualpath.kvcache import block_keys
 from dualpath.kvcache.keys import ROOT_KEY
@@ -55,3 +55,9 @@ def test_persist_advances_once_per_full_block_and_only_over_known_tokens() -> No
     assert blocks_to_persist(track, tokens[:90], 96, ids, 1, 32) == ()
     third = blocks_to_persist(track, tokens[:97], 96, ids, 1, 32)
     assert [b.key for b in third] == block_keys(tokens[:96], 32)[2:] and third[0].vllm_block_ids == (2,)
+
+
+def test_tensor_parallel_ranks_keep_their_own_blocks_and_endpoints() -> None:
+    assert shard_dir("/kv", 0, 1) == "/kv" and shard_name("p0", 0, 1) == "p0"
+    assert shard_dir("/kv", 1, 2) == "/kv/tp1of2" and shard_dir("/kv", 0, 2) == "/kv/tp0of2"
+    assert shard_name("p0", 1, 2) == "p0-tp1" and shard_name("", 1, 2) == ""

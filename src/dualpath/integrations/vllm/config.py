@@ -6,6 +6,7 @@ name instead of deep inside a forward pass.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
@@ -74,3 +75,14 @@ def _coerce(name: str, value: Any, kind: type) -> Any:
         raise ValueError(
             f"kv_connector_extra_config[{name!r}] must be {kind.__name__}, got {value!r}"
         ) from None
+
+
+def shard_dir(store_dir: str, rank: int, size: int) -> str:
+    """Where one tensor-parallel rank keeps its Full Blocks: each rank's paged cache holds its own heads, so
+    the ranks' blocks of one key differ. One rank: the directory itself."""
+    return store_dir if size == 1 else os.path.join(store_dir, f"tp{rank}of{size}")
+
+
+def shard_name(endpoint: str, rank: int, size: int) -> str:
+    """A rank's shared-memory endpoint: DE reads pair rank r of a prefill instance with rank r of a decode one."""
+    return endpoint if size == 1 or not endpoint else f"{endpoint}-tp{rank}"

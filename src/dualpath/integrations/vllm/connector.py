@@ -47,7 +47,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
 )
 from vllm.model_executor.models.utils import extract_layer_index
 
-from dualpath.integrations.vllm.config import ConnectorConfig
+from dualpath.integrations.vllm.config import ConnectorConfig, shard_dir, shard_name
 from dualpath.integrations.vllm.de_service import DeReadService, make_snic
 from dualpath.integrations.vllm.layer_wait import LayerLoads, LoadTimeout
 from dualpath.integrations.vllm.loader import KvLoader, Staging
@@ -112,7 +112,14 @@ class DualPathConnector(KVConnectorBase_V1):
         self.vllm_block_tokens = vllm_config.cache_config.block_size
         self.per_full_block = self.config.full_block_vllm_blocks
         self.full_block_tokens = self.vllm_block_tokens * self.per_full_block
-        self.store = FileStore(self.config.store_dir, self.config.store_capacity_bytes)
+        parallel = vllm_config.parallel_config
+        if parallel.pipeline_parallel_size > 1:
+            raise ValueError("DualPathConnector does not support pipeline parallelism")
+        self.tp_size = parallel.tensor_parallel_size
+        # The scheduler side looks up hits in rank 0's blocks; each worker keeps its own rank's.
+        self.tp_rank = _tp_rank() if role == KVConnectorRole.WORKER and self.tp_size > 1 else 0
+        directory = shard_dir(self.config.store_dir, self.tp_rank, self.tp_size)
+        self.store = FileStore(directory, self.config.store_capacity_bytes)
         # scheduler side
         self._live: dict[str, Request] = {}
         self._tracks: dict[str, RequestTrack] = {}
@@ -138,7 +145,7 @@ class DualPathConnector(KVConnectorBase_V1):
         if role == KVConnectorRole.WORKER and self.config.de_serve_endpoint:
             # This instance is also a DE for others: it reads their hits through its own SNIC (paper §4.1).
             self._de_service = DeReadService(
-                endpoint=self.config.de_serve_endpoint,
+                endpoint=shard_name(self.config.de_serve_endpoint, self.tp_rank, self.tp_size),
                 namespace=self.config.namespace,
                 store=self.store,
                 snic=self.snic,
@@ -248,9 +255,10 @@ class DualPathConnector(KVConnectorBase_V1):
             snic=self.snic,
             kv_layers=self._kv_layers,
             layer_block_bytes=layer_block_bytes(self._kv_layers[0], self.per_full_block),
-            endpoint=self.config.endpoint,
+            endpoint=shard_name(self.config.endpoint, self.tp_rank, self.tp_size),
             namespace=self.config.namespace,
             de_buffer_bytes=self.config.de_buffer_bytes if self.config.endpoint else 0,
+            peer_name=lambda de: shard_name(de, self.tp_rank, self.tp_size),
         )
         self._writer = StorageWriter(self.store, self.snic)
 
@@ -402,3 +410,9 @@ class DualPathConnector(KVConnectorBase_V1):
             self._writer.close()
         if self._de_service is not None:
             self._de_service.close()
+
+
+def _tp_rank() -> int:
+    from vllm.distributed.parallel_state import get_tensor_model_parallel_rank
+
+    return int(get_tensor_model_parallel_rank())

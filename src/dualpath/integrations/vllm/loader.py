@@ -72,8 +72,10 @@ class KvLoader:
         endpoint: str = "",
         namespace: str = "dualpath",
         de_buffer_bytes: int = 0,
+        peer_name: Callable[[str], str] = lambda de_endpoint: de_endpoint,
     ) -> None:
         self.kv_layers = list(kv_layers)
+        self._peer_name = peer_name  # a DE endpoint's name for this rank (tensor parallelism)
         self.layer_block_bytes = layer_block_bytes
         self.snic = snic
         self._reader = StorageReader(store, snic)
@@ -189,7 +191,7 @@ class KvLoader:
     def _start_de(self, st: Staging) -> None:
         assert self._backend is not None
         job_id = f"{self.endpoint}:{next(self._seq)}"
-        peer = st.spec.de_endpoint
+        peer = self._peer_name(st.spec.de_endpoint)
         with self._lock:
             self._de_jobs[job_id] = (st, [len(st.spec.blocks)] * self.num_layers)
             if peer not in self._de_peers:
