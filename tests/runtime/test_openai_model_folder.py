@@ -12,6 +12,10 @@ from runtime_helpers import FAST_LINKS
 from dualpath.runtime.launcher import ServeProcess
 from dualpath.runtime.model import ReferenceEngine, load_hf_folder, load_tokenizer
 
+# ~40 s: starts a cluster on a model folder. The default suite serves a folder's chat with cached tokens in
+# test_serve_model_folder.py; this adds the official client, streaming and stop strings on a BPE tokenizer.
+pytestmark = pytest.mark.slow
+
 MESSAGES = [
     {"role": "system", "content": "You are a careful coding agent. Answer briefly."},
     {"role": "user", "content": "Read the file, run the tests, and fix the failing test. " * 3},
