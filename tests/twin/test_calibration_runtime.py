@@ -14,9 +14,9 @@ from dualpath.runtime.cluster import RuntimeClusterSpec
 from dualpath.runtime.os_thread import EngineWork, name_os_thread
 from dualpath.runtime.prom import ServeMetrics, parse_decode_restarts, parse_engine_work
 from dualpath.twin import load_calibration
+from dualpath.twin.calibration import NO_FACTORS
 from dualpath.twin.calibration_runtime import (
     MIN_EFFICIENCY,
-    NO_FACTORS,
     _thread_ticks,
     cpu_by_group,
     efficiencies,

@@ -70,9 +70,9 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, OSError) as error:
         raise UserError(f"--dataset {args.dataset!r}: {error}") from None
 
-    from dualpath.twin.calibrate import (
+    from dualpath.twin.calibrate import calibrate
+    from dualpath.twin.calibration import (
         CalibrationError,
-        calibrate,
         calibration_document,
         load_calibration,
         write_calibration,

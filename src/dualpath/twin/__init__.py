@@ -3,12 +3,11 @@
 `dualpath.twin` sits at the top of the layering beside `cli`: it imports both drivers, neither imports it.
 """
 
-from dualpath.twin.calibrate import (
+from dualpath.twin.calibrate import calibrate, fit_measurements
+from dualpath.twin.calibration import (
     Calibration,
     CalibrationError,
     CalibrationOverheads,
-    calibrate,
-    fit_measurements,
     load_calibration,
     write_calibration,
 )

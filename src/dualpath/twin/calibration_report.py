@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from dualpath.twin.calibrate import Calibration
+    from dualpath.twin.calibration import Calibration
 
 
 def _si(value: float, unit: str) -> str:

@@ -44,6 +44,7 @@ import httpx
 
 from dualpath.runtime.os_thread import ENGINE_THREAD_NAMES
 from dualpath.runtime.prom import parse_decode_restarts, parse_engine_work
+from dualpath.twin.calibration import NO_FACTORS
 from dualpath.twin.host_load import clock_ticks_per_s, descendants, parse_stat
 
 Tick = Callable[[str], None]
@@ -55,16 +56,6 @@ TRAINING_SEEDS = (1_000_003, 1_000_037, 1_000_039)
 TRAINING_AGENTS = 16  # the validate default's concurrency: the same contention
 TRAINING_ROUNDS = 5
 GROUPS = ("pe_engine", "pe_io", "de_engine", "de_io", "serve", "client")
-# Without an in-situ measurement the twin charges what the code-path measurements say: engines, scheduler
-# and client as measured alone, no CPU for the nodes' I/O threads.
-NO_FACTORS = {
-    "pe_engine": 1.0,
-    "de_engine": 1.0,
-    "client": 1.0,
-    "background_cores": 0.0,
-    "pe_efficiency": 1.0,
-    "de_efficiency": 1.0,
-}
 # An engine thread's efficiency: the share of a busy piece's wall time it runs, beyond what the cores'
 # sharing explains (`factors`). Floor: a measurement gone wrong must not stall the twin.
 MIN_EFFICIENCY = 0.25
@@ -78,8 +69,6 @@ PER_PIECE = ("pe_engine", "de_engine", "client")
 # scheduler beyond its charged messages: cores in the background, their CPU per second of the replay.
 IO_GROUPS = ("pe_io", "de_io")
 RATE_KEYS = ("prefill_tokens_per_s", "attention_s_per_token_pair")
-# A mode without a training run of its own takes the factors of the mode whose runtime path it shares.
-NEAREST_MODE = {"layerwise": "basic", "dualpath-rr": "dualpath"}
 
 
 def _thread_ticks(pid: int) -> dict[int, tuple[str, int]]:

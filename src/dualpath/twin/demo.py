@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from dualpath.runtime.bench import BenchOptions
-from dualpath.twin.calibrate import Calibration
+from dualpath.twin.calibration import Calibration
 
 
 def cached_calibration(
@@ -16,7 +16,8 @@ def cached_calibration(
 ) -> Calibration:
     """A quick calibration of this machine for `config`, measured once and cached in the temp folder."""
     from dualpath.runtime.cluster import load_cluster
-    from dualpath.twin.calibrate import CalibrationError, calibrate, load_calibration, write_calibration
+    from dualpath.twin.calibrate import calibrate
+    from dualpath.twin.calibration import CalibrationError, load_calibration, write_calibration
 
     spec = load_cluster(config)
     folder = folder or Path(tempfile.gettempdir()) / "dualpath-demo"

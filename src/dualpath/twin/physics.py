@@ -48,8 +48,7 @@ from dualpath.runtime.persist import COMMITS_IN_FLIGHT
 from dualpath.sim.agents import Round
 from dualpath.sim.driver import SimConfig, Simulation, StepCosts
 from dualpath.sim.links import TrafficClass
-from dualpath.twin.calibrate import CalibrationOverheads
-from dualpath.twin.calibration_runtime import NO_FACTORS
+from dualpath.twin.calibration import NO_FACTORS, CalibrationOverheads
 from dualpath.twin.host_cpu import CpuWork, HostCpu
 
 # A quarter core: what our processes keep even when other jobs used (nearly) every core.

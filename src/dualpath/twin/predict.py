@@ -19,7 +19,7 @@ from dualpath.sim.agents import Round
 from dualpath.sim.cost import CostModel
 from dualpath.sim.driver import SimConfig, SimOutcome
 from dualpath.sim.rates import HBM_NON_KV_FRACTION, CoreRates
-from dualpath.twin.calibrate import Calibration
+from dualpath.twin.calibration import Calibration
 
 # What the runtime's PE measures at start-up for β and the §6.4 predictor (runtime/model_host.py):
 # a 256-token prompt alone, and the same 256 tokens over a 768-token cached prefix.
@@ -141,11 +141,10 @@ def predict(
     in-situ factors per thread group (`calibration_runtime`), by default the calibration's for `mode`.
     `scheduler_rates`: the measured run's scheduler constants (`sim_config`).
     """
-    from dualpath.twin.calibration_runtime import NEAREST_MODE
     from dualpath.twin.physics import TwinSimulation
 
     if cpu_factors is None:
-        cpu_factors = cal.runtime_cpu.get(mode) or cal.runtime_cpu.get(NEAREST_MODE.get(mode, ""), {})
+        cpu_factors = cal.cpu_factors(mode)
     sim = TwinSimulation(sim_config(spec, cal, mode, aps=aps, scheduler_rates=scheduler_rates), trajectories, seed=seed,
                          overheads=cal.overheads, host_cores=host_cores(cal),
                          external_cores=external_cores, cpu_factors=cpu_factors)  # fmt: skip

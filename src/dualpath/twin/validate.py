@@ -17,7 +17,7 @@ from typing import Any
 
 from dualpath.runtime.bench import BenchOptions, make_plans
 from dualpath.runtime.cluster import RuntimeClusterSpec
-from dualpath.twin.calibrate import Calibration
+from dualpath.twin.calibration import Calibration
 from dualpath.twin.host_load import HostLoadSampler
 from dualpath.twin.predict import predict, read_path_bytes
 
