@@ -12,13 +12,17 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 from dualpath.sim.kernel import Simulator
 from dualpath.sim.links import LinkNetwork, TrafficClass
-from dualpath.sim.links_reference import ReferenceLinkNetwork
+
+# The original per-flow network is a test-only oracle (tests/sim/links_reference.py), not part of the package.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "sim"))
+from links_reference import ReferenceLinkNetwork  # noqa: E402
 
 GB = 1e9
 

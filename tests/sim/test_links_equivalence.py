@@ -12,10 +12,10 @@ import random
 from dataclasses import dataclass
 
 import pytest
+from links_reference import ReferenceLinkNetwork  # tests/sim/links_reference.py, the test-only oracle
 
 from dualpath.sim.kernel import Simulator
 from dualpath.sim.links import LinkNetwork, TrafficClass
-from dualpath.sim.links_reference import ReferenceLinkNetwork
 
 GB = 1e9
 

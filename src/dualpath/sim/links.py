@@ -22,7 +22,7 @@ ten flows started by one callback cost one recomputation. Flows of one (class, p
 `FlowGroup` with one virtual clock and one kernel event (`links_fill`). With one class active the update
 re-fills only the groups the change can reach (`LinkNetwork._incremental`); with both, the dirty groups'
 connected component is recomputed with the three passes. Either way the result is exact, equal to the
-original per-flow code kept in `links_reference` (tests/sim/test_links_equivalence.py), so
+original per-flow code kept in tests/sim/links_reference.py (tests/sim/test_links_equivalence.py), so
 `max_component_flows` (a cap that traded exactness for speed there) is accepted and ignored here.
 """
 
