@@ -5,6 +5,7 @@ paths, equal one vLLM engine without any connector (prefix caching off) on the s
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import random
@@ -98,25 +99,15 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.fixture(scope="module")
-def server(
-    model_dir: Path, reference: Any, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[dict[str, Any]]:
-    store_dir = tmp_path_factory.mktemp("kvstore-route")
-    de = DeReadService(
-        endpoint="d0", namespace=NAMESPACE, store=FileStore(store_dir, 2**30), snic=make_snic("d0", 0)
-    )
+@contextlib.contextmanager
+def vllm_server(model_dir: Path, kv_extra: dict[str, Any], log_path: Path) -> Iterator[str]:
+    """A `vllm serve` process with DualPathConnector; yields its base URL once /health answers."""
     kv = {
         "kv_connector": "DualPathConnector",
         "kv_connector_module_path": "dualpath.integrations.vllm",
         "kv_role": "kv_both",
         "kv_load_failure_policy": "recompute",
-        "kv_connector_extra_config": {
-            "store_dir": str(store_dir),
-            "endpoint": "p0",
-            "namespace": NAMESPACE,
-            "persist_wait": True,
-        },
+        "kv_connector_extra_config": kv_extra,
     }
     port = free_port()
     # fmt: off
@@ -127,30 +118,77 @@ def server(
         "--host", "127.0.0.1", "--port", str(port), "--kv-transfer-config", json.dumps(kv),
     ]
     # fmt: on
-    log = (tmp_path_factory.getbasetemp() / "vllm-server.log").open("w")
-    proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + SERVER_START_S
-        while True:
-            assert proc.poll() is None, f"the vLLM server exited; see {log.name}"
-            try:
-                if httpx.get(url + "/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, f"the vLLM server did not start in {SERVER_START_S} s"
-            time.sleep(1)
-        yield {"url": url, "store_dir": store_dir, "de": de, "model": str(model_dir)}
-    finally:
-        proc.terminate()
+    with log_path.open("w") as log:
+        proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+        url = f"http://127.0.0.1:{port}"
         try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
+            deadline = time.monotonic() + SERVER_START_S
+            while True:
+                assert proc.poll() is None, f"the vLLM server exited; see {log_path}"
+                try:
+                    if httpx.get(url + "/health", timeout=2).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                assert time.monotonic() < deadline, f"the vLLM server did not start in {SERVER_START_S} s"
+                time.sleep(1)
+            yield url
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+@pytest.fixture(scope="module")
+def server(
+    model_dir: Path, reference: Any, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, Any]]:
+    """The prefill instance p0 and a decode node's DE read service d0 (in this process)."""
+    store_dir = tmp_path_factory.mktemp("kvstore-route")
+    de = DeReadService(
+        endpoint="d0", namespace=NAMESPACE, store=FileStore(store_dir, 2**30), snic=make_snic("d0", 0)
+    )
+    extra = {"store_dir": str(store_dir), "endpoint": "p0", "namespace": NAMESPACE, "persist_wait": True}
+    try:
+        with vllm_server(model_dir, extra, tmp_path_factory.getbasetemp() / "vllm-p0.log") as url:
+            yield {"url": url, "store_dir": store_dir, "de": de, "model": str(model_dir)}
+    finally:
         de.close()
+
+
+async def run_agents(router: Router, model: str) -> list[list[list[int]]]:
+    """Both agents' rounds through the router, the two requests of a round in flight at once."""
+    transport = httpx.ASGITransport(app=make_app(router))
+    async with httpx.AsyncClient(transport=transport, base_url="http://router", timeout=120) as client:
+
+        async def ask(prompt: list[int]) -> list[int]:
+            body = {
+                "model": model,
+                "prompt": prompt,
+                "max_tokens": OUTPUT_TOKENS,
+                "temperature": 0.0,
+                "return_token_ids": True,
+            }
+            answer = await client.post("/v1/completions", json=body)
+            assert answer.status_code == 200, answer.text
+            choice = answer.json()["choices"][0]
+            assert answer.json()["usage"]["completion_tokens"] == len(choice["token_ids"])
+            return list(choice["token_ids"])
+
+        prompts = [list(p) for p, _ in agents()]
+        outputs = []
+        for r in range(ROUNDS):
+            outs = list(await asyncio.gather(*(ask(p) for p in prompts)))
+            outputs.append(outs)
+            if r + 1 < ROUNDS:
+                prompts = [
+                    p + o + agents()[i][1][r] for i, (p, o) in enumerate(zip(prompts, outs, strict=True))
+                ]
+    await router.client.aclose()
+    return outputs
 
 
 @pytest.mark.slow  # starts a vLLM server process: ≈ 40-100 s on 2 cores; `make test-vllm` runs it
@@ -167,41 +205,50 @@ def test_two_agents_through_the_router_equal_the_reference_on_both_read_paths(
         ),
         client=httpx.AsyncClient(timeout=120),
     )
-    app = make_app(router)
-
-    async def trajectories() -> list[list[list[int]]]:
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://router", timeout=120) as client:
-
-            async def ask(prompt: list[int]) -> list[int]:
-                body = {
-                    "model": server["model"],
-                    "prompt": prompt,
-                    "max_tokens": OUTPUT_TOKENS,
-                    "temperature": 0.0,
-                    "return_token_ids": True,
-                }
-                answer = await client.post("/v1/completions", json=body)
-                assert answer.status_code == 200, answer.text
-                return list(answer.json()["choices"][0]["token_ids"])
-
-            prompts = [list(p) for p, _ in agents()]
-            outputs = []
-            for r in range(ROUNDS):
-                outs = list(await asyncio.gather(*(ask(p) for p in prompts)))  # both in flight at once
-                outputs.append(outs)
-                if r + 1 < ROUNDS:
-                    prompts = [
-                        p + o + agents()[i][1][r] for i, (p, o) in enumerate(zip(prompts, outs, strict=True))
-                    ]
-        await router.client.aclose()
-        return outputs
-
     de_before = server["de"].snic.rx.stats().total_bytes
-    assert asyncio.run(trajectories()) == reference
+    assert asyncio.run(run_agents(router, server["model"])) == reference
     hit_paths = [p.read_path for p in router.placements if p.hit_tokens]
     assert len(hit_paths) == 2 * (ROUNDS - 1)  # every later round found its history in the store
     assert "de" in hit_paths and "pe" in hit_paths  # the second of two concurrent requests read on the DE
     assert server["de"].snic.rx.stats().total_bytes > de_before
     stats = router.stats()
     assert stats["tok"] == [0] and stats["pe_read_q_tokens"] == [0] and stats["de_read_q_tokens"] == {"d0": 0}
+
+
+@pytest.mark.slow  # a second vLLM server process
+def test_the_pd_hand_off_through_the_router_equals_the_reference(
+    server: dict[str, Any], reference: list[list[list[int]]], tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """p0 prefills (its hits on both read paths), e0 loads p0's KV for the prompt and decodes."""
+    store_dir = tmp_path_factory.mktemp("kvstore-pd")  # a fresh store: round 1 of each agent is all miss
+    de = DeReadService(
+        endpoint="d1", namespace=NAMESPACE, store=FileStore(store_dir, 2**30), snic=make_snic("d1", 0)
+    )
+    p_extra = {"store_dir": str(store_dir), "endpoint": "p1", "namespace": NAMESPACE, "persist_wait": True}
+    e_extra = {"store_dir": str(store_dir), "endpoint": "e1", "namespace": NAMESPACE, "persist_wait": True}
+    base = tmp_path_factory.getbasetemp()
+    try:
+        with (
+            vllm_server(Path(server["model"]), p_extra, base / "vllm-p1.log") as p_url,
+            vllm_server(Path(server["model"]), e_extra, base / "vllm-e1.log") as e_url,
+        ):
+            router = Router(
+                RouterConfig(
+                    prefill_urls=(p_url,),
+                    prefill_endpoints=("p1",),
+                    decode_urls=(e_url,),
+                    de_endpoints=("d1",),
+                    store_dir=str(store_dir),
+                    full_block_tokens=BLOCK_TOKENS,
+                ),
+                client=httpx.AsyncClient(timeout=120),
+            )
+            assert asyncio.run(run_agents(router, server["model"])) == reference
+            hit_paths = [p.read_path for p in router.placements if p.hit_tokens]
+            assert len(hit_paths) == 2 * (ROUNDS - 1) and "de" in hit_paths
+            # every decode took the whole prompt's KV from the prefill instance (none recomputed)
+            loaded = [h["dualpath"]["pd_loaded_tokens"] for h in router.handoffs]
+            assert loaded == [p.prompt_tokens for p in router.placements]
+            assert router.book.decode_tok == [0]
+    finally:
+        de.close()

@@ -52,6 +52,7 @@ from dualpath.integrations.vllm.de_service import DeReadService, make_snic
 from dualpath.integrations.vllm.layer_wait import LayerLoads, LoadTimeout
 from dualpath.integrations.vllm.loader import KvLoader, Staging
 from dualpath.integrations.vllm.paged import full_block, layer_block_bytes
+from dualpath.integrations.vllm.pd import HoldSpec, PdLoad, PdReceiver, PdSender
 from dualpath.integrations.vllm.plan import (
     LoadSpec,
     RequestTrack,
@@ -84,6 +85,8 @@ class DualPathMetadata(KVConnectorMetadata):
     copy: tuple[str, ...] = ()  # staged mode: requests whose staged hit goes to the paged cache this step
     loads: tuple[LoadSpec, ...] = ()  # layerwise mode: read into the paged cache during this step
     saves: tuple[SaveSpec, ...] = ()
+    holds: tuple[HoldSpec, ...] = ()  # PD hand-off, prefill side: finished prefills to keep for their decode
+    pd_loads: tuple[PdLoad, ...] = ()  # PD hand-off, decode side: ask the prefill instance for the KV
     idle: bool = False  # the step computes nothing (every request waits, e.g. for its staged hit)
 
 
@@ -127,6 +130,9 @@ class DualPathConnector(KVConnectorBase_V1):
         self._pending: dict[str, _Loaded] = {}  # allocated, not yet sent to the worker
         self._loaded: dict[str, _Loaded] = {}  # sent to the worker (kept to undo persistence on failure)
         self._awaiting_copy: set[str] = set()  # staged: copy into the paged cache when next scheduled
+        self._pending_holds: list[HoldSpec] = []
+        self._pending_pd: dict[str, PdLoad] = {}
+        self._pd_loaded: dict[str, tuple[PdLoad, int]] = {}  # decode side: the hand-off and its tokens
         # worker side
         self._layer_index: dict[str, int] = {}
         self._kv_layers: list[torch.Tensor] = []
@@ -140,6 +146,9 @@ class DualPathConnector(KVConnectorBase_V1):
         self._ready_lock = threading.Lock()
         self._ready_event = threading.Event()
         self._invalid: set[int] = set()
+        self._pd_sender: PdSender | None = None
+        self._pd_receiver: PdReceiver | None = None
+        self._pd_unsent: set[str] = set()  # holds this worker cannot serve (no endpoint): freed at once
         self.timelines: list[StepTimeline] = []
         self.snic = make_snic(f"{self.config.endpoint or 'vllm'}.snic", self.config.snic_bytes_per_s)
         if role == KVConnectorRole.WORKER and self.config.de_serve_endpoint:
@@ -155,6 +164,11 @@ class DualPathConnector(KVConnectorBase_V1):
     def get_num_new_matched_tokens(
         self, request: Request, num_computed_tokens: int
     ) -> tuple[int | None, bool]:
+        pd = _pd_params(request)
+        if pd.get("role") == "decode":  # the KV of the prompt comes from the prefill instance (pd.py)
+            prompt_tokens = len(request.prompt_token_ids or [])
+            tokens = min(int(pd["tokens"]), prompt_tokens - 1) - num_computed_tokens
+            return (tokens, True) if tokens > 0 else (0, False)
         if num_computed_tokens % self.full_block_tokens:
             return 0, False  # a local hit ending inside a Full Block: loads start at Full Block boundaries
         first = num_computed_tokens // self.full_block_tokens
@@ -176,6 +190,21 @@ class DualPathConnector(KVConnectorBase_V1):
         self._live[rid] = request
         track = self._tracks.setdefault(rid, RequestTrack())
         if num_external_tokens <= 0:
+            return
+        pd = _pd_params(request)
+        if pd.get("role") == "decode":
+            blocks_needed = -(-(request.num_computed_tokens + num_external_tokens) // self.vllm_block_tokens)
+            self._pending_pd[rid] = PdLoad(
+                request_id=rid,
+                job=str(pd["job"]),
+                prefill_endpoint=str(pd["prefill_endpoint"]),
+                vllm_block_ids=tuple(blocks.get_block_ids()[0][:blocks_needed]),
+            )
+            self._pd_loaded[rid] = (self._pending_pd[rid], num_external_tokens)
+            # the prefill instance persisted the prompt's Full Blocks; this one persists what it decodes
+            track.persisted_blocks = (
+                request.num_computed_tokens + num_external_tokens
+            ) // self.full_block_tokens
             return
         keys = self._hits.pop(rid)
         n = num_external_tokens // self.full_block_tokens
@@ -217,7 +246,12 @@ class DualPathConnector(KVConnectorBase_V1):
             )
             if blocks:
                 saves.append(SaveSpec(request_id=rid, blocks=blocks))
+        holds, self._pending_holds = tuple(self._pending_holds), []
+        pd_loads = tuple(self._pending_pd.values())
+        self._pending_pd.clear()
         return DualPathMetadata(
+            holds=holds,
+            pd_loads=pd_loads,
             idle=scheduler_output.total_num_scheduled_tokens == 0,
             stage=specs if self.staged else (),
             copy=copy,
@@ -229,6 +263,9 @@ class DualPathConnector(KVConnectorBase_V1):
         invalid = connector_output.invalid_block_ids or set()
         if not invalid:
             return
+        for rid, (pd_load, _) in list(self._pd_loaded.items()):
+            if invalid.intersection(pd_load.vllm_block_ids):
+                self._pd_loaded[rid] = (pd_load, 0)  # recomputed here, not handed off
         for rid, loaded in self._loaded.items():
             track = self._tracks.get(rid)
             bad = [j for j, b in enumerate(loaded.spec.blocks) if invalid.intersection(b.vllm_block_ids)]
@@ -243,6 +280,18 @@ class DualPathConnector(KVConnectorBase_V1):
         for table in (self._tracks, self._loaded, self._pending, self._hits, self._live):
             table.pop(rid, None)
         self._awaiting_copy.discard(rid)
+        self._pending_pd.pop(rid, None)
+        pd = _pd_params(request)
+        handed_off = self._pd_loaded.pop(rid, None)
+        if handed_off is not None:  # the answer says how many prompt tokens came from the prefill instance
+            return False, {"dualpath": {"pd_loaded_tokens": handed_off[1]}}
+        if pd.get("role") == "prefill" and request.num_computed_tokens > 0:
+            # Keep the blocks until the decode instance has taken them (freed after get_finished says so).
+            n = -(-request.num_computed_tokens // self.vllm_block_tokens)
+            self._pending_holds.append(
+                HoldSpec(request_id=rid, job=str(pd["job"]), vllm_block_ids=tuple(block_ids[:n]))
+            )
+            return True, None
         return False, None
 
     # ================================ worker side ===================================================
@@ -261,6 +310,20 @@ class DualPathConnector(KVConnectorBase_V1):
             peer_name=lambda de: shard_name(de, self.tp_rank, self.tp_size),
         )
         self._writer = StorageWriter(self.store, self.snic)
+        loader = self._loader
+        if loader.backend is not None:
+            self._pd_sender = PdSender(self._kv_layers, loader.backend, loader.peers)
+            self._pd_receiver = PdReceiver(
+                self._kv_layers,
+                loader.backend,
+                loader.receive_buffer,
+                loader.pool,
+                loader.peers,
+                endpoint=loader.endpoint,
+                peer_name=lambda name: shard_name(name, self.tp_rank, self.tp_size),
+            )
+            loader.on_ask = self._pd_sender.on_ask
+            loader.on_pd_layer = self._pd_receiver.on_layer
 
     def bind_connector_metadata(self, connector_metadata: KVConnectorMetadata) -> None:
         # Every load starts here, before the forward pass: vLLM calls start_load_kv after the forward when
@@ -271,6 +334,14 @@ class DualPathConnector(KVConnectorBase_V1):
             self._begin_step(self._loader, connector_metadata)
 
     def _begin_step(self, loader: KvLoader, meta: DualPathMetadata) -> None:
+        for hold in meta.holds:
+            if self._pd_sender is not None:
+                self._pd_sender.hold(hold)
+            else:
+                self._pd_unsent.add(hold.request_id)
+        for pd_load in meta.pd_loads:
+            if self._pd_receiver is not None:
+                self._pd_receiver.start(pd_load)
         for spec in meta.stage:
             old = self._staged.pop(spec.request_id, None)
             if old is not None:
@@ -379,7 +450,8 @@ class DualPathConnector(KVConnectorBase_V1):
     def get_finished(self, finished_req_ids: set[str]) -> tuple[set[str] | None, set[str] | None]:
         """Staged hits now in DRAM; their bad blocks go out in the same pass (vLLM's contract)."""
         meta = self._connector_metadata
-        if isinstance(meta, DualPathMetadata) and meta.idle and self._staged:
+        waiting = self._staged or (self._pd_receiver is not None and self._pd_receiver.pending())
+        if isinstance(meta, DualPathMetadata) and meta.idle and waiting:
             # Nothing to compute: wait briefly for a staging instead of letting vLLM's loop spin, which would
             # hold the GIL that the read threads need.
             self._ready_event.wait(IDLE_WAIT_S)
@@ -397,7 +469,15 @@ class DualPathConnector(KVConnectorBase_V1):
             st = self._staged.pop(rid, None)
             if st is not None and self._loader is not None:
                 self._loader.release(st)
-        return None, {st.spec.request_id for st in ready} or None
+        recving = {st.spec.request_id for st in ready}
+        sending, self._pd_unsent = self._pd_unsent, set()
+        if self._pd_sender is not None:
+            sending |= self._pd_sender.take_finished()
+        if self._pd_receiver is not None:
+            for rid, bad in self._pd_receiver.take_ready():
+                recving.add(rid)
+                self._invalid.update(bad)
+        return sending or None, recving or None
 
     def get_block_ids_with_load_errors(self) -> set[int]:
         out, self._invalid = self._invalid, set()
@@ -416,3 +496,8 @@ def _tp_rank() -> int:
     from vllm.distributed.parallel_state import get_tensor_model_parallel_rank
 
     return int(get_tensor_model_parallel_rank())
+
+
+def _pd_params(request: Request) -> dict[str, Any]:
+    pd = ((request.kv_transfer_params or {}).get("dualpath") or {}).get("pd")
+    return pd if isinstance(pd, dict) else {}

@@ -26,10 +26,10 @@ import torch
 from dualpath.integrations.vllm.buffer_pool import BufferPool
 from dualpath.integrations.vllm.de_service import RECEIVE_BUFFER
 from dualpath.integrations.vllm.paged import write_layer_block
+from dualpath.integrations.vllm.pd import Peers
 from dualpath.integrations.vllm.plan import LoadSpec
 from dualpath.kvcache import KVStore, key_hex
-from dualpath.transfer import BlockRead, ReadJob, ReadResult, SharedMemoryBackend, Snic
-from dualpath.transfer.shm_backend import default_ipc_address
+from dualpath.transfer import BlockRead, Notice, ReadJob, ReadResult, SharedMemoryBackend, Snic
 from dualpath.transfer.storage_io import StorageReader
 
 
@@ -82,18 +82,34 @@ class KvLoader:
         self._seq = itertools.count()
         self._lock = threading.Lock()
         self._de_jobs: dict[str, tuple[Staging, list[int]]] = {}  # job -> staging, notices left per layer
-        self._de_peers: set[str] = set()
         self.endpoint = endpoint
         self.namespace = namespace
         self._backend: SharedMemoryBackend | None = None
         self._pool = BufferPool(0)
         self._stop = threading.Event()
+        # Other notices this endpoint gets: the PD hand-off's asks (P side) and layers (D side), pd.py
+        self.on_ask: Callable[[Notice], None] | None = None
+        self.on_pd_layer: Callable[[Notice], None] | None = None
         if endpoint and de_buffer_bytes:
             self._backend = SharedMemoryBackend(endpoint, namespace=namespace)
             self._receive = self._backend.register_buffer(RECEIVE_BUFFER, de_buffer_bytes)
             self._pool = BufferPool(de_buffer_bytes)
+            self.peers = Peers(self._backend, namespace)
             self._thread = threading.Thread(target=self._notices, name=f"{endpoint}-notices", daemon=True)
             self._thread.start()
+
+    @property
+    def backend(self) -> SharedMemoryBackend | None:
+        """This endpoint's transfer backend (None without an endpoint): the PD hand-off uses it too."""
+        return self._backend
+
+    @property
+    def receive_buffer(self) -> memoryview:
+        return self._receive
+
+    @property
+    def pool(self) -> BufferPool:
+        return self._pool
 
     @property
     def num_layers(self) -> int:
@@ -191,12 +207,9 @@ class KvLoader:
     def _start_de(self, st: Staging) -> None:
         assert self._backend is not None
         job_id = f"{self.endpoint}:{next(self._seq)}"
-        peer = self._peer_name(st.spec.de_endpoint)
+        peer = self.peers(self._peer_name(st.spec.de_endpoint))
         with self._lock:
             self._de_jobs[job_id] = (st, [len(st.spec.blocks)] * self.num_layers)
-            if peer not in self._de_peers:
-                self._backend.add_peer(peer, default_ipc_address(self.namespace, peer))
-                self._de_peers.add(peer)
         self._backend.notify(
             peer,
             {
@@ -214,23 +227,31 @@ class KvLoader:
         assert self._backend is not None
         while not self._stop.is_set():
             notice = self._backend.recv_notice(0.05)
-            if notice is None or "job" not in notice.payload:
+            if notice is None:
                 continue
-            p = notice.payload
-            layer = int(p["layer"])
-            with self._lock:
-                entry = self._de_jobs.get(p["job"])
-                if entry is None:
-                    continue
-                st, left = entry
-                if p.get("error") or notice.error:
-                    st.bad_blocks.add(int(p["block"]))
-                left[layer] -= 1
-                landed = left[layer] == 0
-                if landed and layer == self.num_layers - 1:
-                    del self._de_jobs[p["job"]]
-            if landed:
-                self._landed(st, layer, ())
+            if notice.payload.get("op") == "send" and self.on_ask is not None:
+                self.on_ask(notice)
+            elif "pd_job" in notice.payload and self.on_pd_layer is not None:
+                self.on_pd_layer(notice)
+            elif "job" in notice.payload:
+                self._de_landed(notice)
+
+    def _de_landed(self, notice: Notice) -> None:
+        p = notice.payload
+        layer = int(p["layer"])
+        with self._lock:
+            entry = self._de_jobs.get(p["job"])
+            if entry is None:
+                return
+            st, left = entry
+            if p.get("error") or notice.error:
+                st.bad_blocks.add(int(p["block"]))
+            left[layer] -= 1
+            landed = left[layer] == 0
+            if landed and layer == self.num_layers - 1:
+                del self._de_jobs[p["job"]]
+        if landed:
+            self._landed(st, layer, ())
 
     def close(self) -> None:
         self._stop.set()

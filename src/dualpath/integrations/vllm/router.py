@@ -13,6 +13,7 @@ instances on their host.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,6 +33,9 @@ UPSTREAM_TIMEOUT_S = 600.0
 @dataclass(frozen=True, kw_only=True)
 class RouterConfig:
     prefill_urls: tuple[str, ...]  # base URLs of the vLLM instances, e.g. http://10.0.0.5:8000
+    # PD hand-off (pd.py): decode instances' URLs, and each prefill instance's connector endpoint name
+    decode_urls: tuple[str, ...] = ()
+    prefill_endpoints: tuple[str, ...] = ()
     de_endpoints: tuple[str, ...] = ()
     mode: str = "dualpath"
     store_dir: str = ""  # the connectors' store directory (hit lengths); none: every request is a miss
@@ -53,13 +57,18 @@ class Router:
             alpha_tokens=config.alpha_tokens,
             beta_tokens=config.beta_tokens,
             read_tokens_per_s=config.read_tokens_per_s,
+            num_decode=len(config.decode_urls),
         )
+        if config.decode_urls and len(config.prefill_endpoints) != len(config.prefill_urls):
+            raise ValueError("the PD hand-off needs one connector endpoint name per prefill instance")
+        self._jobs = itertools.count()
         # Capacity far above any real store: a router only looks; it must never evict on open.
         self.store = (
             FileStore(config.store_dir, 2**62, stale_tmp_s=float("inf")) if config.store_dir else None
         )
         self.client = client or httpx.AsyncClient(timeout=UPSTREAM_TIMEOUT_S)
         self.placements: list[Placement] = []  # every decision, in order (tests, logs)
+        self.handoffs: list[dict[str, Any]] = []  # the decode instances' kv_transfer_params, in order
 
     async def prompt_ids(self, kind: str, body: dict[str, Any]) -> list[int]:
         prompt = body.get("prompt")
@@ -89,6 +98,11 @@ class Router:
             ids = await self.prompt_ids(kind, body)
         except ValueError as error:
             return JSONResponse(error_body(400, str(error)), status_code=400)
+        if self.config.decode_urls:
+            if kind != "completions" or body.get("stream"):
+                message = "with decode instances the router serves non-streamed /v1/completions only"
+                return JSONResponse(error_body(400, message), status_code=400)
+            return await self._route_pd(ids, body)
         placement = self.book.place(len(ids), self.hit_tokens(ids))
         self.placements.append(placement)
         params = dict(body.get("kv_transfer_params") or {})
@@ -103,6 +117,64 @@ class Router:
         finally:
             self.book.finished(placement, loaded=False)
         return Response(answer.content, status_code=answer.status_code, media_type="application/json")
+
+    async def _route_pd(self, ids: list[int], body: dict[str, Any]) -> Response:
+        """Prefill on a prefill instance (1 token), then decode on a decode instance that loads its KV."""
+        max_tokens = int(body.get("max_tokens") or 16)
+        placement = self.book.place(len(ids), self.hit_tokens(ids))
+        self.placements.append(placement)
+        job = f"pd-{next(self._jobs)}"
+        pd_prefill = placement.kv_transfer_params
+        pd_prefill["dualpath"]["pd"] = {"role": "prefill", "job": job}  # type: ignore[assignment]
+        first_body = body | {
+            "prompt": ids,
+            "max_tokens": 1,
+            "return_token_ids": True,
+            "kv_transfer_params": pd_prefill,
+        }
+        try:
+            first = await self.client.post(
+                self.config.prefill_urls[placement.prefill] + "/v1/completions", json=first_body
+            )
+        finally:
+            self.book.finished(placement, loaded=False)
+        if first.status_code != 200:
+            return Response(first.content, status_code=first.status_code, media_type="application/json")
+        head = first.json()
+        token = head["choices"][0]["token_ids"][0]
+        if max_tokens == 1 or head["choices"][0].get("finish_reason") == "stop":
+            return JSONResponse(head)
+        decode = self.book.place_decode(len(ids) + max_tokens)
+        pd_decode = {
+            "role": "decode",
+            "job": job,
+            "prefill_endpoint": self.config.prefill_endpoints[placement.prefill],
+            "tokens": len(ids),
+        }
+        rest_body = body | {
+            "prompt": [*ids, token],
+            "max_tokens": max_tokens - 1,
+            "return_token_ids": True,
+            "kv_transfer_params": {"dualpath": {"pd": pd_decode}},
+        }
+        try:
+            rest = await self.client.post(self.config.decode_urls[decode] + "/v1/completions", json=rest_body)
+        finally:
+            self.book.decode_finished(decode, len(ids) + max_tokens)
+        if rest.status_code != 200:
+            return Response(rest.content, status_code=rest.status_code, media_type="application/json")
+        answer = rest.json()
+        self.handoffs.append(answer.get("kv_transfer_params") or {})
+        choice, first_choice = answer["choices"][0], head["choices"][0]
+        choice["token_ids"] = [token, *(choice.get("token_ids") or [])]
+        choice["text"] = (first_choice.get("text") or "") + (choice.get("text") or "")
+        completion = 1 + int(answer["usage"]["completion_tokens"])
+        answer["usage"] = {
+            "prompt_tokens": len(ids),
+            "completion_tokens": completion,
+            "total_tokens": len(ids) + completion,
+        }
+        return JSONResponse(answer)
 
     async def _stream(self, url: str, body: dict[str, Any], placement: Placement) -> Response:
         upstream = await self.client.send(self.client.build_request("POST", url, json=body), stream=True)

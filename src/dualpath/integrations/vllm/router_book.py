@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from dualpath.policy.de_assign import DeCandidate, choose_decode_engine
 from dualpath.policy.pe_assign import PeCandidate, choose_prefill_engine
 from dualpath.policy.read_path import ShorterQueue
 from dualpath.policy.types import NodeReadState, ReadSide
@@ -48,6 +49,8 @@ class RouterBook:
         alpha_tokens: float = float("inf"),
         beta_tokens: float = float("inf"),
         read_tokens_per_s: float = 1.0,
+        num_decode: int = 0,
+        z_tokens: float = float("inf"),
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
@@ -63,6 +66,10 @@ class RouterBook:
         self.de_read_q = dict.fromkeys(de_endpoints, 0)
         self._next = 0
         self._read_policy = ShorterQueue()
+        self.decode_tok = [
+            0
+        ] * num_decode  # len_r (prompt + output) of unfinished requests per decode instance
+        self.z_tokens = z_tokens
 
     def place(self, prompt_tokens: int, hit_tokens: int) -> Placement:
         if self.mode == "basic":
@@ -122,3 +129,17 @@ class RouterBook:
         if not loaded:
             self.loaded(placement)
         self.tok[placement.prefill] -= placement.prompt_tokens
+
+    # ---- the PD hand-off: which decode instance takes the request (§6.2, one engine per group) --------------
+    def place_decode(self, len_tokens: int) -> int:
+        candidates = [
+            DeCandidate(engine_id=i, node_id=i, seq=0, tok=t, free_hbm_tokens=2**62)
+            for i, t in enumerate(self.decode_tok)
+        ]
+        chosen = choose_decode_engine(len_tokens, candidates, z_tokens=self.z_tokens)
+        assert chosen is not None, "free HBM is not tracked here, so every decode instance fits"
+        self.decode_tok[chosen.engine_id] += len_tokens
+        return chosen.engine_id
+
+    def decode_finished(self, decode: int, len_tokens: int) -> None:
+        self.decode_tok[decode] -= len_tokens
