@@ -76,6 +76,14 @@ class RecordingCore:
         self.events.append((now_s, {"type": "persist_done", "rid": request_id, "from_hbm": from_hbm}))
         return self._core.on_persist_done(request_id, from_hbm, now_s)
 
+    def on_node_down(self, node_id: int) -> Any:
+        self.events.append((self._now(), {"type": "node_down", "node": self._names[node_id]}))
+        return self._core.on_node_down(node_id)
+
+    def on_node_up(self, node_id: int) -> Any:
+        self.events.append((self._now(), {"type": "node_up", "node": self._names[node_id]}))
+        return self._core.on_node_up(node_id)
+
     def advance_decode(self, node_id: int, steps: int, now_s: float) -> Any:
         # The sim advances a run of steps at once; the runtime's DE reports every step.
         for _ in range(steps):
@@ -115,10 +123,20 @@ def _driver_config(spec: RuntimeClusterSpec, mode: str) -> DriverConfig:
     )
 
 
-def _simulate_here(mode: str) -> dict[str, Any]:
+# d1 dies mid-run and joins again 0.4 s later, then p0 (the only PE) dies for 0.3 s: requests wait for it
+# (node ids: p0 = 0, d0 = 1, d1 = 2; times s inside the trace's busy stretch).
+FAILURES = ((2, 0.35, 0.4), (0, 0.9, 0.3))
+
+
+def _simulate_here(mode: str, fail: bool = False) -> dict[str, Any]:
     """Run the trace in this process (the child's side): what the parent compares."""
+    from dataclasses import replace
+
     spec = _spec()
-    sim = Simulation(sim_config(spec, load_calibration(CALIBRATION), mode), _trace(), seed=0)
+    config = sim_config(spec, load_calibration(CALIBRATION), mode)
+    if fail:
+        config = replace(config, failures=FAILURES)
+    sim = Simulation(config, _trace(), seed=0)
     recorder = RecordingCore(sim.core, sim, [name for name, _ in spec.node_ids()])
     sim.core = recorder  # type: ignore[assignment]
     sim.run()
@@ -128,15 +146,17 @@ def _simulate_here(mode: str) -> dict[str, Any]:
         "decisions": _reprs(sim.log.per_engine()),
         "sides": sorted({a.side.name for a in sim.log.assignments if a.pe_read_tokens + a.de_read_tokens}),
         "batched": any(len(b.items) > 1 for b in sim.log.batches if b.pe_engine == 0),
+        "replanned": sum(k for _, _, k in sim.failure_log),
     }
 
 
-def _simulate(mode: str) -> dict[str, Any]:
+def _simulate(mode: str, fail: bool = False) -> dict[str, Any]:
     """`_simulate_here` in a child process on the pure-Python simulator (module docstring)."""
     env = {**os.environ, "DUALPATH_PURE_PYTHON": "1"}
     done = subprocess.run(
-        [sys.executable, __file__, mode], env=env, capture_output=True, text=True, check=True
-    )
+        [sys.executable, __file__, mode, *(["fail"] if fail else [])], env=env, capture_output=True, text=True,
+        check=True,
+    )  # fmt: skip
     out: dict[str, Any] = json.loads(done.stdout)
     out["events"] = [(now_s, body) for now_s, body in out["events"]]
     return out
@@ -158,6 +178,8 @@ def _drive(mode: str, events: list[tuple[float, dict[str, Any]]]) -> RuntimeDriv
             node = event["node"]
             batch = [r.request_id for r in driver._batch[driver.node_id(node)]]  # noqa: SLF001
             driver.handle({**event, "tokens": [[rid, 1] for rid in batch]}, now_s)
+        elif event["type"] in ("node_down", "node_up"):
+            driver.handle(event, now_s)  # its `replan`s come back as the sim's continuation submits
         elif event["type"] == "step_done":
             driver.handle({**event, "first_tokens": []}, now_s)
         else:
@@ -179,6 +201,17 @@ def test_runtime_driver_makes_the_simulators_decisions(mode: str) -> None:
         assert len(sim["sides"]) == 2
 
 
+@pytest.mark.parametrize("mode", ["basic", "dualpath", "oracle"])
+def test_the_same_decisions_through_node_failures(mode: str) -> None:
+    """A DE dies mid-decode and rejoins, then the PE dies and rejoins: both drivers re-plan the same
+    requests through `ClusterCore.on_node_down`, and every decision after matches too."""
+    sim = _simulate(mode, fail=True)
+    assert sim["rounds"] == [3] * 6 and sim["replanned"] > 0
+    driver = _drive(mode, sim["events"])
+    assert _reprs(driver.log.per_engine()) == sim["decisions"]
+    assert driver.active_requests == 0
+
+
 def test_a_different_policy_is_caught() -> None:
     """The comparison is sharp: the same events through a round-robin-read-path driver diverge (its
     decisions differ, or it is told of a read it never started)."""
@@ -191,4 +224,4 @@ def test_a_different_policy_is_caught() -> None:
 
 
 if __name__ == "__main__":  # the child of `_simulate`
-    print(json.dumps(_simulate_here(sys.argv[1])))
+    print(json.dumps(_simulate_here(sys.argv[1], fail=sys.argv[2:] == ["fail"])))

@@ -42,6 +42,14 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         metavar="F",
         help="early stop: the recent mean TTFT must exceed F x the SLO (default 2)",
     )
+    p.add_argument(
+        "--fail",
+        action="append",
+        default=[],
+        metavar="NODE@TIME[+DOWN]",
+        help="node NODE (p0, d1, ...) dies at TIME (e.g. d0@300s), for good or for DOWN (e.g. +60s); the "
+        "core re-plans its requests; the run is repeated without failures to report the JCT cost",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument(
@@ -80,9 +88,10 @@ def run(args: argparse.Namespace) -> int:
         trajectories = scale_rounds(load_trajectories(args.dataset, args.agents, args.seed), **scales)
     except (ConfigError, ValueError, FileNotFoundError) as error:
         raise UserError(str(error)) from None
+    failures = tuple(parse_failure(item, args.p, args.d, UserError) for item in args.fail)
     config = SimConfig(cluster=cluster, mode=args.mode, read_path=args.read_path, aps=args.aps,
                        duration_s=args.duration, record_links=args.out is not None,
-                       early_stop=early_stop)  # fmt: skip
+                       early_stop=early_stop, failures=failures)  # fmt: skip
     started = time.perf_counter()
     try:
         sim = Simulation(config, trajectories, seed=args.seed)
@@ -93,6 +102,17 @@ def run(args: argparse.Namespace) -> int:
     # Which build ran (native.py): the native one and the pure-Python one give the same results.
     summary.update(mode=args.mode, read_path=args.read_path or MODES[args.mode].read_path,
                    compiled=bool(compiled_modules()))  # fmt: skip
+    if failures:  # the same run without them: the failure's cost
+        from dataclasses import replace
+
+        calm = Simulation(
+            replace(config, failures=(), record_links=False), trajectories, seed=args.seed
+        ).run()
+        calm_jct = summarise(calm, offline=args.aps is None, wall_s=0.0)["jct_s"]
+        summary["failures"] = [{"at_s": t, "node": _node_name(n, args.p), "replanned": k}
+                               for t, n, k in sim.failure_log]  # fmt: skip
+        summary["jct_without_failures_s"] = calm_jct
+        summary["failure_jct_cost_s"] = None if calm_jct is None else summary["jct_s"] - calm_jct
     if args.out is not None:
         resolved = {"cluster": spec_to_dict(cluster), "args": {k: v for k, v in vars(args).items() if k != "func"},
                     "alpha_tokens": sim.rates.alpha_tokens, "beta_tokens": sim.rates.beta_tokens}  # fmt: skip
@@ -102,6 +122,28 @@ def run(args: argparse.Namespace) -> int:
     else:
         _table(summary)
     return 0
+
+
+def parse_failure(item: str, p: int, d: int, error: Any) -> tuple[int, float, float | None]:
+    """`NODE@TIME[+DOWN]` (`d0@300s`, `p1@120+60s`) as (core node id, time s, seconds down or None)."""
+    from dualpath.units import parse_duration
+
+    name, _, when = item.partition("@")
+    at, _, down = when.partition("+")
+    role, index = name[:1], name[1:]
+    count = {"p": p, "d": d}.get(role)
+    if count is None or not index.isdigit() or int(index) >= count or not at:
+        raise error(f"--fail {item!r}: want NODE@TIME[+DOWN] with NODE one of p0..p{p - 1}, d0..d{d - 1}")
+    try:
+        at_s = parse_duration(at)
+        down_s = parse_duration(down) if down else None
+    except ValueError as exc:
+        raise error(f"--fail {item!r}: {exc}") from None
+    return (int(index) if role == "p" else p + int(index)), at_s, down_s
+
+
+def _node_name(node: int, p: int) -> str:
+    return f"p{node}" if node < p else f"d{node - p}"
 
 
 def _early_stop(args: argparse.Namespace, error: Any) -> Any:
@@ -164,5 +206,12 @@ def _table(s: dict[str, Any]) -> None:
         st = s[key]
         print(f"  {key:<13} mean {f(st['mean'])}  p50 {f(st['p50'])}  p90 {f(st['p90'])}  p99 {f(st['p99'])}")
     print(f"  SLO attainment {f(s['slo_attainment'])}   SNIC max/avg {f(s['snic_max_over_avg'])}")
+    for failure in s.get("failures", []):
+        print(
+            f"  failure       {failure['node']} at {f(failure['at_s'])} s, {failure['replanned']} requests re-planned"
+        )
+    if "failures" in s:
+        print(f"  failure cost  JCT {f(s['jct_s'])} s vs {f(s['jct_without_failures_s'])} s without: "
+              f"+{f(s['failure_jct_cost_s'])} s")  # fmt: skip
     build = "native build" if s["compiled"] else "pure Python"
     print(f"  simulated {f(s['sim_end_s'])} s in {f(s['sim_wall_s'])} s wall ({build}), {s['events']} events")

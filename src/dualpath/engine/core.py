@@ -607,6 +607,7 @@ class ClusterCore:
         dead DE is done now (those blocks are simply not stored). Requests that the dead DE group had
         in its private queue go back to the global queue."""
         self.down.add(node_id)
+        self.scheduler.down_nodes.add(node_id)
         out: list[Command] = []
         replan: list[Request] = []
         for request in list(self._active.values()):
@@ -630,6 +631,7 @@ class ClusterCore:
     def on_node_up(self, node_id: int) -> list[Command]:
         """A node (re)joined with nothing in flight: it is placed on again, from a clean slate."""
         self.down.discard(node_id)
+        self.scheduler.down_nodes.discard(node_id)
         self._reset_node(node_id)
         if node_id in self.de_nodes:
             self.scheduler.note_de_group(node_id, read_q_tokens=0, tok=0)

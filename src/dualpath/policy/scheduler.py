@@ -84,6 +84,7 @@ class RequestScheduler:
         # would write something new.
         self._de_report_due: set[int] = set()
         self._rr_pe = 0
+        self.down_nodes: set[int] = set()  # nodes that died (`ClusterCore.on_node_down`): round robin skips them
 
     # ---- intake -------------------------------------------------------------------------------
     def submit(self, request: Request) -> None:
@@ -277,6 +278,11 @@ class RequestScheduler:
             if self.scheduling == "round-robin":
                 pe_engine = engines[self._rr_pe % len(engines)]
                 self._rr_pe += 1
+                for _ in range(len(engines) - 1):  # a dead node's engines lose their turns
+                    if self._node_of[pe_engine] not in self.down_nodes:
+                        break
+                    pe_engine = engines[self._rr_pe % len(engines)]
+                    self._rr_pe += 1
             else:
                 for cand in cands:  # read queues may have grown by earlier assignments this fetch
                     cand.read_q_tokens = self._read_q[cand.node_id]

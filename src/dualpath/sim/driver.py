@@ -26,6 +26,7 @@ from dualpath.engine.modes import get_mode
 from dualpath.model import arch
 from dualpath.policy.batching import AttentionTimeFn
 from dualpath.policy.decisions import Assignment, DecisionLog
+from dualpath.request import Request
 from dualpath.sim.agents import Agent, Round
 from dualpath.sim.cost import CostModel, gpu_cost_model
 from dualpath.sim.early_stop import EarlyStop, EarlyStopWatch
@@ -58,6 +59,9 @@ class SimConfig:
     attention_time_s: AttentionTimeFn | None = None
     # Online runs: stop once clearly past the TTFT SLO (sim/early_stop.py); None runs to the end.
     early_stop: EarlyStop | None = None
+    # Node failures (`simulate --fail`): (node id, time s, seconds down or None: for good), run through
+    # the core's own entry points (`ClusterCore.on_node_down` / `on_node_up`), as the runtime runs them.
+    failures: tuple[tuple[int, float, float | None], ...] = ()
 
 
 class StepCosts(Protocol):
@@ -103,6 +107,7 @@ class _Step:
     loads: int = 0
     outs: int = 0
     compute_done: bool = False
+    dead: bool = False  # its node failed: its flows and timers end in nothing
 
 
 @dataclass(slots=True)
@@ -251,7 +256,10 @@ class Simulation:
             cmd.TokenMilestone: self._milestone,
             cmd.RequestDone: self._done,
         }
+        self.failure_log: list[tuple[float, int, int]] = []  # (time s, node, requests re-planned)
         self._arrivals(np.random.default_rng(seed))
+        for node, at_s, down_s in config.failures:
+            self.sim.schedule_at(at_s, self._fail, node, down_s)
 
     # ---- the loop: every callback ends in _do(commands) -----------------------------------------
     def run(self, progress: Callable[[Simulator], None] | None = None) -> SimOutcome:
@@ -386,6 +394,54 @@ class Simulation:
         if c.token_index == c.request.gen_tokens:
             t.last_token_s = self.sim.now_s
 
+    # ---- node failures (DESIGN §4 "faults"): the core decides, as in the runtime ------------------
+    def _fail(self, node: int, down_s: float | None) -> None:
+        """The node dies now: its step and decode run end in nothing (flows already on its links run
+        out unheeded), the core re-plans its requests, each continues as a new request (its prompt +
+        the tokens out, the rest of its output; its hit = what its blocks persisted), and with
+        `down_s` the node joins again that much later."""
+        step = self._steps.get(node)
+        if step is not None:
+            step.dead = True
+        run = self._decode.get(node)
+        if run is not None and run.busy and run.handle is not None:
+            self.sim.cancel(run.handle)
+        if run is not None:
+            self._decode[node] = _DecodeRun()
+        decision = self.core.on_node_down(node)
+        self.failure_log.append((self.sim.now_s, node, len(decision.replan)))
+        self._do(list(decision.commands))
+        for request in decision.replan:
+            self._continue(request)
+        if down_s is not None:
+            self.sim.schedule(down_s, self._recover, node)
+        self._poke()
+
+    def _continue(self, r: Request) -> None:
+        now, block = self.sim.now_s, self.cluster.scheduler.block_tokens
+        prompt = r.prompt_tokens + r.generated_tokens
+        persisted = max(r.hit_tokens, r.persisted_tokens if r.generated_tokens else 0)
+        request = Request(
+            request_id=self._next_id,
+            trajectory_id=r.trajectory_id,
+            round_index=r.round_index,
+            prompt_tokens=prompt,
+            hit_tokens=min(persisted, (prompt - 1) // block * block),
+            gen_tokens=max(1, r.gen_tokens - r.generated_tokens),
+            arrival_s=now,
+        )
+        self._next_id += 1
+        agent = self._agent_of.pop(r.request_id)
+        self.times[request.request_id] = RequestTimes(
+            agent.agent_id, request.round_index, request.prompt_tokens, request.hit_tokens, request.gen_tokens,
+            arrival_s=now)  # fmt: skip
+        self._agent_of[request.request_id] = agent
+        self._do(self.core.submit(request, now))
+
+    def _recover(self, node: int) -> None:
+        self._do(self.core.on_node_up(node))
+        self._poke()
+
     # ---- storage, H2D, persistence ---------------------------------------------------------------
     def _read(self, c: cmd.StartRead) -> None:
         if self.sim.now_s >= self._snic_next_s:
@@ -513,6 +569,8 @@ class Simulation:
             self.net.start_flow(size, path, LOW, self._out_done, step)
 
     def _load_done(self, step: _Step) -> None:
+        if step.dead:
+            return
         step.loads -= 1
         if not step.loads:
             self._loads_finished(step)
@@ -527,6 +585,8 @@ class Simulation:
         self.sim.schedule_at(max(end, now), self._compute_done, step)
 
     def _compute_done(self, step: _Step) -> None:
+        if step.dead:
+            return
         step.compute_done = True
         c = step.c
         if self.mode.skip_io or (c.layerwise and not step.outs):
@@ -539,6 +599,8 @@ class Simulation:
                 self._do(self.core.on_kv_out_done(c.node_id, c.step_id, self.sim.now_s))
 
     def _out_done(self, step: _Step) -> None:
+        if step.dead:
+            return
         step.outs -= 1
         if step.outs or not step.compute_done:
             return
