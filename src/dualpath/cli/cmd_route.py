@@ -18,6 +18,20 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     )
     parser.add_argument("--prefill", action="append", required=True, metavar="URL", help="a vLLM instance")
     parser.add_argument("--de-endpoint", action="append", default=[], metavar="NAME", help="a decode node")
+    parser.add_argument(
+        "--decode",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="a decode instance (PD hand-off, docs/vllm.md)",
+    )
+    parser.add_argument(
+        "--prefill-endpoint",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="the connector endpoint of each --prefill, in order (needed with --decode)",
+    )
     parser.add_argument("--mode", choices=("basic", "dualpath"), default="dualpath")
     parser.add_argument("--store-dir", default="", help="the connectors' store directory (hit lengths)")
     parser.add_argument("--full-block-tokens", type=int, default=32)
@@ -34,11 +48,17 @@ def run(args: argparse.Namespace) -> int:
 
     from dualpath.integrations.vllm.router import Router, RouterConfig, make_app
 
+    if args.decode and len(args.prefill_endpoint) != len(args.prefill):
+        raise UserError(
+            "--decode needs one --prefill-endpoint per --prefill (the connectors' endpoint names)"
+        )
     if args.full_block_tokens <= 0:
         raise UserError(f"--full-block-tokens must be positive, got {args.full_block_tokens}")
     config = RouterConfig(
         prefill_urls=tuple(u.rstrip("/") for u in args.prefill),
         de_endpoints=tuple(args.de_endpoint),
+        decode_urls=tuple(u.rstrip("/") for u in args.decode),
+        prefill_endpoints=tuple(args.prefill_endpoint),
         mode=args.mode,
         store_dir=args.store_dir,
         full_block_tokens=args.full_block_tokens,
