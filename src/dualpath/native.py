@@ -25,8 +25,7 @@ from pathlib import Path
 from types import ModuleType
 
 # The simulator's hot path whose compiled build cut CPU time with identical results
-# (docs/simulator-native.md). sim/driver.py's `Simulation` is compiled with interpreted subclasses allowed
-# (twin/physics.py subclasses it). Interpreted on purpose: package __init__ files and this module.
+# (docs/simulator-native.md). Interpreted on purpose: package __init__ files and this module.
 NATIVE_MODULES: tuple[str, ...] = (
     "dualpath.request",
     "dualpath.policy.types",

@@ -1,11 +1,11 @@
-"""Processor sharing of the host's cores in the twin (twin/host_cpu.py): rates, conservation, cuts."""
+"""Processor sharing of the host's cores (sim/host_cpu.py, what the twin runs engines on): rates, conservation, cuts."""
 
 from __future__ import annotations
 
 import pytest
 
+from dualpath.sim.host_cpu import HostCpu
 from dualpath.sim.kernel import Simulator
-from dualpath.twin.host_cpu import HostCpu
 
 
 def _finishing(sim: Simulator, cpu: HostCpu, plan: list[tuple[float, str, float]]) -> dict[str, float]:

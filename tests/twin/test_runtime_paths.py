@@ -1,5 +1,5 @@
 """The runtime's own code paths that `dualpath calibrate` times (HTTP legs, PE forward Python, control CPU)
-and where the twin charges them (twin/physics.py)."""
+and where the twin charges them (sim/host.py, twin/predict.py)."""
 
 from __future__ import annotations
 
@@ -15,8 +15,7 @@ from dualpath.twin import load_calibration
 from dualpath.twin.calibrate import fit_measurements
 from dualpath.twin.calibration_forward import forward_python_terms, measure_forward_python
 from dualpath.twin.calibration_http import http_terms, measure_http
-from dualpath.twin.physics import TwinSimulation
-from dualpath.twin.predict import metrics_from_sim, predict, sim_config
+from dualpath.twin.predict import metrics_from_sim, predict, sim_config, twin_simulation
 
 CALIBRATION = Path(__file__).parent / "data" / "cal-cpu.toml"
 TRACE = [[(150 + 40 * a, 5), (12, 4), (8, 3)] for a in range(6)]
@@ -33,7 +32,7 @@ def _spec() -> RuntimeClusterSpec:
 
 def _run(cal, trace=TRACE, **overheads: float) -> dict:  # type: ignore[no-untyped-def]
     spec = _spec()
-    sim = TwinSimulation(sim_config(spec, cal, "oracle"), trace, seed=0, host_cores=2.0,
+    sim = twin_simulation(sim_config(spec, cal, "oracle"), trace, seed=0, host_cores=2.0,
                          overheads=dataclasses.replace(cal.overheads, store_write_op_s=0.0, **overheads))  # fmt: skip
     return metrics_from_sim(sim.run(), spec)
 
@@ -114,21 +113,21 @@ def test_pe_python_work_lengthens_each_forward(cal) -> None:  # type: ignore[no-
 
 def test_oracle_pe_reads_its_hits_on_its_own_thread_and_pays_no_link_time(cal) -> None:  # type: ignore[no-untyped-def]
     spec = _spec()
-    sim = TwinSimulation(
+    sim = twin_simulation(
         sim_config(spec, cal, "oracle"), TRACE, seed=0, host_cores=2.0, overheads=cal.overheads
     )
     bt = sim.cluster.scheduler.block_tokens
     storage = sim.cluster.hardware.storage_bytes_per_s
-    read_s = sim.oracle_pe_read_s([[(1024, 16)]])
+    read_s = sim.cost.oracle_pe_read_s([[(1024, 16)]])
     assert read_s == pytest.approx(1024 // bt * cal.overheads.store_read_op_s + 1024 * sim.kv_bytes / storage)
-    assert sim.oracle_pe_read_s([[(0, 16)]]) == 0.0  # no cached rows, nothing read
+    assert sim.cost.oracle_pe_read_s([[(0, 16)]]) == 0.0  # no cached rows, nothing read
     # In oracle the runtime's nodes run unpaced links (runtime/node.py): a CNIC of any rate changes nothing.
     slow = dataclasses.replace(cal, hardware=dataclasses.replace(cal.hardware, cnic_bytes_per_s=1e3))
     assert predict(spec, slow, "oracle", TRACE)[0]["jct_s"] == predict(spec, cal, "oracle", TRACE)[0]["jct_s"]
-    basic = TwinSimulation(
+    basic = twin_simulation(
         sim_config(spec, cal, "basic"), TRACE, seed=0, host_cores=2.0, overheads=cal.overheads
     )
-    assert basic.oracle_pe_read_s([[(1024, 16)]]) == 0.0  # the simulator moves those bytes itself
+    assert basic.cost.oracle_pe_read_s([[(1024, 16)]]) == 0.0  # the simulator moves those bytes itself
 
 
 def test_persists_of_one_de_node_cross_its_snic_fifo_like_the_runtime_writer(cal) -> None:  # type: ignore[no-untyped-def]
@@ -139,12 +138,11 @@ def test_persists_of_one_de_node_cross_its_snic_fifo_like_the_runtime_writer(cal
 
     spec = _spec()
     op_s = 0.004
-    sim = TwinSimulation(sim_config(spec, cal, "basic"), TRACE, seed=0, host_cores=2.0,
+    sim = twin_simulation(sim_config(spec, cal, "basic"), TRACE, seed=0, host_cores=2.0,
                          overheads=dataclasses.replace(cal.overheads, store_write_op_s=op_s))  # fmt: skip
     durable: dict[int, float] = {}
-    sim._persisted = lambda items, size: sim.sim.schedule(  # type: ignore[method-assignment]
-        op_s, lambda: durable.update({items[0][0]: sim.sim.now_s})
-    )
+    # The host delays the core's persist-done by one commit (op_s): record when it reaches the core.
+    sim._persisted = lambda items, size: durable.update({items[0][0]: sim.sim.now_s})  # type: ignore[method-assignment]
     de = sim.cluster.num_prefill_nodes * sim.cluster.hardware.gpus_per_node  # the first DE engine
     tokens = (64, 192)
     for rid, n in zip((10_000, 10_001), tokens, strict=True):  # at t = 0, before the trace persists

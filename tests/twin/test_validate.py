@@ -12,8 +12,7 @@ import pytest
 from dualpath.cli.main import main
 from dualpath.runtime.cluster import RuntimeClusterSpec
 from dualpath.twin import load_calibration
-from dualpath.twin.physics import TwinSimulation
-from dualpath.twin.predict import predict, sim_config, sim_hardware
+from dualpath.twin.predict import predict, sim_config, sim_hardware, twin_simulation
 from dualpath.twin.validate import ModeResult, error_pct, format_tables, plot_ttft
 
 CALIBRATION = Path(__file__).parent / "data" / "cal-cpu.toml"
@@ -58,7 +57,7 @@ def test_prediction_has_the_compared_metrics(cal, mode: str) -> None:  # type: i
 
 def _jct(cal, mode: str, spec: RuntimeClusterSpec | None = None, **overheads: float) -> float:  # type: ignore[no-untyped-def]
     cores = overheads.pop("host_cores", 2.0)
-    sim = TwinSimulation(sim_config(spec or _spec(), cal, mode), TRACE, seed=0,
+    sim = twin_simulation(sim_config(spec or _spec(), cal, mode), TRACE, seed=0,
                          overheads=dataclasses.replace(cal.overheads, **overheads), host_cores=cores)  # fmt: skip
     return sim.run().end_s
 
@@ -79,7 +78,7 @@ def test_engines_share_the_host_cores(cal) -> None:  # type: ignore[no-untyped-d
 
 def test_other_jobs_cores_are_capacity_the_engines_do_not_get(cal) -> None:  # type: ignore[no-untyped-def]
     def jct(external_cores: float) -> float:
-        sim = TwinSimulation(sim_config(_spec(), cal, "oracle"), TRACE, seed=0, host_cores=2.0,
+        sim = twin_simulation(sim_config(_spec(), cal, "oracle"), TRACE, seed=0, host_cores=2.0,
                              overheads=dataclasses.replace(cal.overheads, store_write_op_s=0.0),
                              external_cores=external_cores)  # fmt: skip
         return sim.run().end_s
@@ -91,13 +90,13 @@ def test_other_jobs_cores_are_capacity_the_engines_do_not_get(cal) -> None:  # t
 
 
 def test_oracle_store_writes_stall_the_decode_loop(cal) -> None:  # type: ignore[no-untyped-def]
-    slow = TwinSimulation(sim_config(_spec(), cal, "oracle"), TRACE, seed=0,
+    slow = twin_simulation(sim_config(_spec(), cal, "oracle"), TRACE, seed=0,
                           overheads=dataclasses.replace(cal.overheads, store_write_op_s=0.02), host_cores=2.0)  # fmt: skip
     out = slow.run()
     _, basic = predict(_spec(), cal, "basic", TRACE)
     hits = sum(r.hit_tokens for r in out.requests.values())
     assert hits == sum(r.hit_tokens for r in basic.requests.values())  # written before the next round
-    fast = TwinSimulation(sim_config(_spec(), cal, "oracle"), TRACE, seed=0,
+    fast = twin_simulation(sim_config(_spec(), cal, "oracle"), TRACE, seed=0,
                           overheads=dataclasses.replace(cal.overheads, store_write_op_s=0.0), host_cores=2.0)  # fmt: skip
     fast_out = fast.run()
     tpot = [(r.last_token_s - r.first_token_s) / (r.gen_tokens - 1) for r in out.requests.values()]
@@ -196,7 +195,7 @@ def test_a_cached_calibration_without_in_situ_factors_is_measured_again(
     assert len(said) == 1 and "calibrating" in said[0]
     assert load_calibration(tmp_path / "calibration-local-1p2d.toml").runtime_cpu == fresh.runtime_cpu
     # In-situ factors without the engines' efficiencies (an older calibration): measured again too.
-    monkeypatch.setattr(calibrate_module, "load_calibration",
+    monkeypatch.setattr(importlib.import_module("dualpath.twin.calibration"), "load_calibration",
                         lambda *a, **k: dataclasses.replace(fresh, runtime_cpu={"oracle": {"pe_engine": 2.0}}))  # fmt: skip
     cached_calibration("local-1p2d", folder=tmp_path, say=said.append)
     assert len(said) == 2
@@ -207,7 +206,7 @@ def test_online_arrivals_are_the_load_generators(cal) -> None:  # type: ignore[n
 
     from dualpath.runtime.loadgen import poisson_starts
 
-    sim = TwinSimulation(sim_config(_spec(), cal, "dualpath", aps=3.0), TRACE, seed=7,
+    sim = twin_simulation(sim_config(_spec(), cal, "dualpath", aps=3.0), TRACE, seed=7,
                          overheads=cal.overheads, host_cores=2.0)  # fmt: skip
     want = poisson_starts(len(TRACE), 3.0, np.random.default_rng([7, 1]))
     assert [a.start_s for a in sim.agents] == want and want[0] > 0

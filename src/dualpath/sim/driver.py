@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
-from mypy_extensions import mypyc_attr
 
 from dualpath.config.specs import ClusterSpec
 from dualpath.engine import commands as cmd
@@ -31,6 +30,7 @@ from dualpath.sim.agents import Agent, Round
 from dualpath.sim.cost import CostModel, gpu_cost_model
 from dualpath.sim.early_stop import EarlyStop, EarlyStopWatch
 from dualpath.sim.gc_tuning import held_back_gc
+from dualpath.sim.host import HostSpec, RuntimeHost
 from dualpath.sim.kernel import EventHandle, Simulator
 from dualpath.sim.links import Link, LinkNetwork, TrafficClass
 from dualpath.sim.prefill_timing import layerwise_end_s, whole_kv_end_s
@@ -57,6 +57,12 @@ class SimConfig:
     cost_model: CostModel | None = None
     core_rates: CoreRates | None = None
     attention_time_s: AttentionTimeFn | None = None
+    # ... and engines on one CPU host (sim/host.py): the step costs it charges (CPU seconds), the host's
+    # cores and fixed times, the agents' start times as its load generator draws them. None: a GPU
+    # cluster, step costs from `cost_model`, Poisson starts from the seed.
+    step_costs: StepCosts | None = None
+    host: HostSpec | None = None
+    agent_starts_s: tuple[float, ...] | None = None
     # Online runs: stop once clearly past the TTFT SLO (sim/early_stop.py); None runs to the end.
     early_stop: EarlyStop | None = None
     # Node failures (`simulate --fail`): (node id, time s, seconds down or None: for good), run through
@@ -65,7 +71,7 @@ class SimConfig:
 
 
 class StepCosts(Protocol):
-    """What the driver asks of a cost model (`CostModel`; the twin wraps one to charge CPU instead)."""
+    """What the driver asks of a cost model (`CostModel`; the twin gives one that charges CPU instead)."""
 
     def prefill_step_s(
         self, per_gpu_batches: Sequence[Sequence[tuple[int, int]]], layer_index: int
@@ -184,9 +190,6 @@ class SimOutcome:
         return self.topology.links
 
 
-# Compiled (dualpath/native.py) and still subclassable from Python: the twin's `TwinSimulation` overrides
-# its hooks, and a compiled class calls its methods through Python's lookup when `self` is such a subclass.
-@mypyc_attr(allow_interpreted_subclasses=True)
 class Simulation:
     def __init__(self, config: SimConfig, trajectories: Sequence[Sequence[Round]], *, seed: int) -> None:
         c = config.cluster
@@ -199,7 +202,7 @@ class Simulation:
                              drop_unbinding=not config.record_links)  # fmt: skip
         g = c.hardware.gpus_per_node
         cost = config.cost_model or gpu_cost_model(c.model, c.hardware, decode_ep_size=c.num_decode_nodes * g)
-        self.cost: StepCosts = cost
+        self.cost: StepCosts = config.step_costs or cost
         self.kv_bytes = arch.kv_bytes_per_token(c.model)
         ctx, app = _typical(trajectories)
         rates = config.core_rates or core_rates(c, cost, context_tokens=ctx, append_tokens=app)
@@ -257,6 +260,8 @@ class Simulation:
             cmd.RequestDone: self._done,
         }
         self.failure_log: list[tuple[float, int, int]] = []  # (time s, node, requests re-planned)
+        # Engines on one CPU host (the twin): forwards, decode runs, arrivals and writes run there.
+        self.host = None if config.host is None else RuntimeHost(self, config.host)
         self._arrivals(np.random.default_rng(seed))
         for node, at_s, down_s in config.failures:
             self.sim.schedule_at(at_s, self._fail, node, down_s)
@@ -347,6 +352,11 @@ class Simulation:
 
     # ---- agents --------------------------------------------------------------------------------
     def _arrivals(self, rng: np.random.Generator) -> None:
+        if self.config.agent_starts_s is not None:
+            for agent, start_s in zip(self.agents, self.config.agent_starts_s, strict=True):
+                agent.start_s = start_s
+                self.sim.schedule_at(start_s, self._next_round, agent)
+            return
         t = 0.0
         for agent in self.agents:
             if self.config.aps:
@@ -355,6 +365,12 @@ class Simulation:
             self.sim.schedule_at(t, self._next_round, agent)
 
     def _next_round(self, agent: Agent) -> None:
+        if self.host is not None and agent.next_round < len(agent.rounds):
+            self.host.send_round(agent)  # the client's HTTP leg; it calls `_arrive`
+        else:
+            self._arrive(agent)
+
+    def _arrive(self, agent: Agent) -> None:
         now = self.sim.now_s
         request = agent.next_request(self._next_id, now, self.cluster.scheduler.block_tokens)
         if request is None:
@@ -369,6 +385,12 @@ class Simulation:
         self._poke()
 
     def _done(self, c: cmd.RequestDone) -> None:
+        if self.host is not None:
+            self.host.done(c)  # oracle writes, the trip to the client; it calls `_request_done`
+        else:
+            self._request_done(c)
+
+    def _request_done(self, c: cmd.RequestDone) -> None:
         r = c.request
         t = self.times[r.request_id]
         t.done_s = self.sim.now_s
@@ -379,6 +401,8 @@ class Simulation:
         t = self.times[c.request.request_id]
         if c.token_index == 1:
             t.first_token_s = self.sim.now_s
+            if self.host is not None:  # node -> scheduler -> client
+                t.first_token_s += self.host.trip_s
             if self._watch is not None and self.stop_reason is None:
                 self.stop_reason = self._watch.first_token(t.first_token_s - t.arrival_s, t.first_token_s)
                 if self.stop_reason is not None:
@@ -466,6 +490,9 @@ class Simulation:
         self._do(self.core.on_h2d_done(request_id, self.sim.now_s))
 
     def _persist(self, c: cmd.StartPersist) -> None:
+        if self.host is not None:
+            self.host.persist(c)
+            return
         item = (c.request.request_id, c.from_hbm, c.de_engine)
         size = c.tokens * self.kv_bytes
         pipe = self._d2h_pipe(c.de_engine) if c.from_hbm else self._persist_pipe(c.de_engine)
@@ -505,6 +532,8 @@ class Simulation:
 
     # ---- prefill: one step event per node, flows per hop, pipeline in closed form ----------------
     def _start_step(self, c: cmd.StartPrefillStep) -> None:
+        if self.host is not None:
+            self.host.step_started(c)
         per_gpu = [[(i.cached_tokens, i.new_tokens) for i in batch] for batch in c.batches]
         now = self.sim.now_s
         for batch in c.batches:
@@ -528,9 +557,14 @@ class Simulation:
             self._start_outs(step)
         if not step.loads:
             self._loads_finished(step)
+        if self.host is not None and c.layerwise:  # layer i computes as its load lands: from the start
+            self.host.submit_forward(step)
 
     def _start_compute(self, step: _Step) -> None:
-        """Oracle: no loads, the forward's compute alone (a hook: the twin shares the host's cores)."""
+        """Oracle: no loads, the forward's compute alone."""
+        if self.host is not None:
+            self.host.start_compute(step)
+            return
         self.sim.schedule(step.compute_s, self._compute_done, step)
 
     def _attention_balance(self, attention: list[float]) -> None:
@@ -576,6 +610,9 @@ class Simulation:
             self._loads_finished(step)
 
     def _loads_finished(self, step: _Step) -> None:
+        if self.host is not None:
+            self.host.loads_finished(step)
+            return
         now = self.sim.now_s
         if step.c.layerwise:
             end = layerwise_end_s(start_s=step.start_s, load_done_s=now, layers=self.cluster.model.num_layers,
@@ -585,6 +622,8 @@ class Simulation:
         self.sim.schedule_at(max(end, now), self._compute_done, step)
 
     def _compute_done(self, step: _Step) -> None:
+        if self.host is not None:
+            self.host.forward_done(step.c.node_id)
         if step.dead:
             return
         step.compute_done = True
@@ -621,6 +660,9 @@ class Simulation:
         if not run.busy:
             self._decode_start(c.node_id)
             return
+        if self.host is not None:
+            self.host.cut_decode(c.node_id, run)
+            return
         # Joiners wait for the current step's boundary: cut the run there.
         done = int((self.sim.now_s - run.start_s) / run.step_s) if run.step_s > 0 else 0
         if done + 1 < run.steps:
@@ -632,6 +674,8 @@ class Simulation:
             )
 
     def _decode_start(self, node: int) -> None:
+        if self.host is not None and not self.host.may_start_decode(node):
+            return
         run = self._decode[node]
         run.busy = self.core.decode_merge(node)
         if not run.busy:
@@ -640,6 +684,9 @@ class Simulation:
         run.step_s = self.cost.decode_step_max_s(shape)
         run.steps = self.core.decode_steps_to_next_batch_change(node)
         run.start_s = self.sim.now_s
+        if self.host is not None:
+            self.host.run_decode(node, run, len(shape))
+            return
         run.handle = self.sim.schedule(run.steps * run.step_s, self._decode_event, node)
 
     def _decode_event(self, node: int) -> None:

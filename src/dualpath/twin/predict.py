@@ -2,29 +2,136 @@
 
 Every simulator input comes from the runtime cluster file (P/D, one engine per node, block size, DE KV
 capacity, DRAM buffer, emulated SNIC/CNIC rates) and from calibration microbenchmarks (docs/twin.md).
-Nothing here is fitted to a validate result.
+Nothing here is fitted to a validate result. The simulator is given them as values: `SimConfig` with
+the calibrated step costs in CPU seconds (`RuntimeStepCosts`) and the host (`sim.host.HostSpec`: cores,
+in-situ factors, fixed times), and the load generator's agent starts.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import fields, replace
 from typing import Any
+
+import numpy as np
 
 from dualpath.config.specs import ClusterSpec, HardwareSpec, SchedulerSpec
 from dualpath.model import arch
 from dualpath.runtime.cluster import RuntimeClusterSpec
 from dualpath.sim.agents import Round
 from dualpath.sim.cost import CostModel
-from dualpath.sim.driver import SimConfig, SimOutcome
+from dualpath.sim.driver import SimConfig, SimOutcome, Simulation
+from dualpath.sim.host import HostSpec
 from dualpath.sim.rates import HBM_NON_KV_FRACTION, CoreRates
-from dualpath.twin.calibration import Calibration
+from dualpath.twin.calibration import NO_FACTORS, Calibration, CalibrationOverheads
 
 # What the runtime's PE measures at start-up for β and the §6.4 predictor (runtime/model_host.py):
 # a 256-token prompt alone, and the same 256 tokens over a 768-token cached prefix.
 _PROBE_NEW_TOKENS = 256
 _PROBE_CACHED_TOKENS = 3 * _PROBE_NEW_TOKENS
+# A quarter core: what our processes keep even when other jobs used (nearly) every core.
+_MIN_CAPACITY_CORES = 0.25
+
+
+class RuntimeStepCosts:
+    """The calibrated cost model in CPU seconds as the runtime's engine threads spend them: a forward
+    also pays its head, its Python work and a control round trip (and in oracle its hit's store read),
+    each piece times its group's in-situ factor (twin/calibration_runtime.py)."""
+
+    def __init__(
+        self, base: CostModel, o: CalibrationOverheads, factors: Mapping[str, float], cluster: ClusterSpec,
+        *, oracle: bool,
+    ) -> None:  # fmt: skip
+        self._base, self._o = base, o
+        self._pe, self._de = factors["pe_engine"], factors["de_engine"]
+        self._oracle, self._block_tokens = oracle, cluster.scheduler.block_tokens
+        self._read_s_per_token = arch.kv_bytes_per_token(cluster.model) / cluster.hardware.storage_bytes_per_s
+
+    def prefill_step_s(
+        self, per_gpu_batches: Sequence[Sequence[tuple[int, int]]], layer_index: int
+    ) -> tuple[float, float, list[float]]:
+        forward_s, layer_s, attention = self._base.prefill_step_s(per_gpu_batches, layer_index)
+        own_s = (forward_s + self.forward_fixed_s(per_gpu_batches)) * self._pe
+        return own_s + self.oracle_pe_read_s(per_gpu_batches) * self._pe, layer_s * self._pe, attention
+
+    def decode_step_max_s(self, shape: Sequence[tuple[int, int]]) -> float:
+        return float(self._base.decode_step_max_s(shape)) * self._de
+
+    def forward_fixed_s(self, per_gpu_batches: Sequence[Sequence[tuple[int, int]]]) -> float:
+        """A PE forward's CPU beyond its layers: head, Python work per forward and item, round trip."""
+        o = self._o
+        items = sum(len(b) for b in per_gpu_batches)
+        cached = sum(c for b in per_gpu_batches for c, _ in b)
+        python_s = (
+            o.prefill_python_s
+            + o.prefill_python_s_per_item * items
+            + o.prefill_python_s_per_cached_token * cached
+        )
+        return o.prefill_head_s + python_s + o.control_round_trip_s
+
+    def oracle_pe_read_s(self, per_gpu_batches: Sequence[Sequence[tuple[int, int]]]) -> float:
+        """Oracle: the PE's worker reads each first chunk's hit from the store itself before computing
+        (runtime/pe_executor.py `_resolve` -> `_read`, `inline_io`): one `store_read_op_s` per Full Block
+        + bytes at the FileStore read rate (page-cache warm: CPU on the worker's thread). Items of later
+        chunks are counted as first chunks (an over-count)."""
+        if not self._oracle:
+            return 0.0
+        bt = self._block_tokens
+        cached = sum(c for batch in per_gpu_batches for c, _ in batch)
+        blocks = sum(-(-c // bt) for batch in per_gpu_batches for c, _ in batch if c > 0)
+        return blocks * self._o.store_read_op_s + cached * self._read_s_per_token
+
+
+def _runtime_default(cls: Any, name: str) -> Any:
+    """A runtime configuration field's default (the runtime's own number, not a copy of it)."""
+    return next(f.default for f in fields(cls) if f.name == name)
+
+
+def twin_simulation(
+    config: SimConfig,
+    trajectories: Sequence[Sequence[Round]],
+    *,
+    seed: int,
+    overheads: CalibrationOverheads,
+    host_cores: float,
+    external_cores: float = 0.0,
+    cpu_factors: Mapping[str, float] | None = None,
+) -> Simulation:
+    """`config`'s simulator with engines on the calibrated host (sim/host.py): other jobs' cores are
+    capacity we do not get; `cpu_factors` are the in-situ factors (`NO_FACTORS` where not measured)."""
+    from dualpath.engine.modes import get_mode
+    from dualpath.runtime.driver import DriverConfig
+    from dualpath.runtime.loadgen import poisson_starts
+    from dualpath.runtime.persist import COMMITS_IN_FLIGHT
+
+    given = cpu_factors or {}
+    f = {**NO_FACTORS, **{g: float(v) for g, v in given.items() if g in NO_FACTORS}}
+    assert config.cost_model is not None  # the calibrated cost model (`sim_config`)
+    o = overheads
+    host = HostSpec(
+        capacity_cores=max(_MIN_CAPACITY_CORES, host_cores - external_cores),
+        max_decode_run_steps=_runtime_default(DriverConfig, "max_decode_run_steps"),
+        background_cores=f["background_cores"],
+        pe_efficiency=f["pe_efficiency"],
+        de_efficiency=f["de_efficiency"],
+        client_cpu_factor=f["client"],
+        # The in-situ wait between a DE's decode runs, where measured, else the idle round trip.
+        command_trip_s=float(given.get("decode_restart_s", o.control_round_trip_s)),
+        commit_s=o.store_write_op_s,
+        commits_in_flight=COMMITS_IN_FLIGHT,
+        http_leg_s=o.http_leg_s,
+        http_leg_s_per_prompt_token=o.http_leg_s_per_prompt_token,
+        http_cpu_s=o.http_cpu_s,
+        http_cpu_s_per_prompt_token=o.http_cpu_s_per_prompt_token,
+        control_cpu_s=o.control_cpu_s,
+        sse_chunk_cpu_s=o.sse_chunk_cpu_s,
+    )
+    oracle = get_mode(config.mode).skip_io
+    costs = RuntimeStepCosts(config.cost_model, o, f, config.cluster, oracle=oracle)
+    starts = poisson_starts(len(trajectories), config.aps, np.random.default_rng([seed, 1]))
+    config = replace(config, step_costs=costs, host=host, agent_starts_s=tuple(starts))
+    return Simulation(config, trajectories, seed=seed)
 
 
 def sim_hardware(spec: RuntimeClusterSpec, cal: Calibration) -> HardwareSpec:
@@ -137,21 +244,20 @@ def predict(
     `cpu_s_by_thread` (the CPU seconds the twin charged each of our threads).
 
     `external_cores`: cores other jobs used on the host meanwhile (`host_load.HostLoadSampler`); our own
-    processes' CPU is predicted from the calibration (`physics.TwinSimulation`). `cpu_factors`: the
+    processes' CPU is predicted from the calibration (`twin_simulation`). `cpu_factors`: the
     in-situ factors per thread group (`calibration_runtime`), by default the calibration's for `mode`.
     `scheduler_rates`: the measured run's scheduler constants (`sim_config`).
     """
-    from dualpath.twin.physics import TwinSimulation
-
     if cpu_factors is None:
         cpu_factors = cal.cpu_factors(mode)
-    sim = TwinSimulation(sim_config(spec, cal, mode, aps=aps, scheduler_rates=scheduler_rates), trajectories, seed=seed,
+    sim = twin_simulation(sim_config(spec, cal, mode, aps=aps, scheduler_rates=scheduler_rates), trajectories, seed=seed,
                          overheads=cal.overheads, host_cores=host_cores(cal),
                          external_cores=external_cores, cpu_factors=cpu_factors)  # fmt: skip
     outcome = sim.run()
     metrics = metrics_from_sim(outcome, spec)
-    metrics["cpu_s_by_thread"] = dict(sorted(sim.host_cpu.cpu_s_by_thread.items()))
-    metrics["engine_work"] = {group: list(counts) for group, counts in sim.engine_work.items()}
+    assert sim.host is not None
+    metrics["cpu_s_by_thread"] = dict(sorted(sim.host.cpu.cpu_s_by_thread.items()))
+    metrics["engine_work"] = {group: list(counts) for group, counts in sim.host.engine_work.items()}
     if sim.mode.skip_io:
         _oracle_bytes(metrics, outcome, spec, sim)
     return metrics, outcome
