@@ -68,7 +68,7 @@ $(VLLM_STAMP): $(STAMP) pyproject.toml
 vllm: $(VLLM_STAMP)
 
 test-vllm: $(VLLM_STAMP)
-	VLLM_ENABLE_V1_MULTIPROCESSING=0 VLLM_CPU_KVCACHE_SPACE=1 HF_HUB_OFFLINE=1 \
+	DUALPATH_VLLM_TESTS=1 VLLM_ENABLE_V1_MULTIPROCESSING=0 VLLM_CPU_KVCACHE_SPACE=1 HF_HUB_OFFLINE=1 \
 		$(BIN)/python -m pytest -q -p no:cacheprovider -m "slow or not slow" tests/integrations
 
 demo-vllm: $(VLLM_STAMP)

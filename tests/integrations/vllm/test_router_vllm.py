@@ -30,6 +30,12 @@ for _name, _value in {
 vllm = pytest.importorskip(
     "vllm", reason="the vLLM extra is not installed (make vllm / pip install 'dualpath[vllm]')"
 )
+if os.environ.get("DUALPATH_VLLM_TESTS") != "1":
+    pytest.skip(
+        "vLLM engine tests run in `make test-vllm` (DUALPATH_VLLM_TESTS=1), in their own process: "
+        "vLLM binds the threads and memory policy of the process it runs in",
+        allow_module_level=True,
+    )
 
 from vllm import LLM, SamplingParams  # noqa: E402
 from vllm.distributed.parallel_state import cleanup_dist_env_and_memory  # noqa: E402
