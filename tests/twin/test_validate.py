@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 
 from dualpath.cli.main import main
+from dualpath.cli.twin_tables import format_tables, plot_ttft
 from dualpath.runtime.cluster import RuntimeClusterSpec
 from dualpath.twin import load_calibration
 from dualpath.twin.predict import predict, sim_config, sim_hardware, twin_simulation
-from dualpath.twin.validate import ModeResult, error_pct, format_tables, plot_ttft
+from dualpath.twin.validate import ModeResult, error_pct
 
 CALIBRATION = Path(__file__).parent / "data" / "cal-cpu.toml"
 TRACE = [[(150 + 40 * a, 5), (12, 4), (8, 3)] for a in range(6)]
@@ -160,8 +161,9 @@ def test_bad_input_is_one_line_exit_2(argv: list[str], capsys: pytest.CaptureFix
 
 
 def test_demo_rows_get_predictions_from_a_cached_calibration(cal, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from dualpath.cli.twin_tables import format_predictions
     from dualpath.runtime.bench import BenchOptions
-    from dualpath.twin.demo import add_predictions, cached_calibration, format_predictions
+    from dualpath.twin.demo import add_predictions, cached_calibration
 
     in_situ = "\n[runtime_cpu.basic]\npe_engine = 1.5\nbackground_cores = 0.3\npe_efficiency = 0.8\n"
     (tmp_path / "calibration-local-1p2d.toml").write_text(CALIBRATION.read_text() + in_situ)

@@ -31,10 +31,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     from dualpath.cli.main import UserError
+    from dualpath.cli.twin_tables import format_report
     from dualpath.runtime.cluster import ClusterConfigError, load_cluster
     from dualpath.twin.calibrate import RUNTIME_MODES, calibrate, num_steps
     from dualpath.twin.calibration import calibration_document, write_calibration
-    from dualpath.twin.calibration_report import format_report
 
     if args.threads < 1:
         raise UserError("--threads must be >= 1")

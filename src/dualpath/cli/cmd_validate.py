@@ -70,6 +70,7 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, OSError) as error:
         raise UserError(f"--dataset {args.dataset!r}: {error}") from None
 
+    from dualpath.cli.twin_tables import format_tables, plot_ttft
     from dualpath.twin.calibrate import calibrate
     from dualpath.twin.calibration import (
         CalibrationError,
@@ -77,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
         load_calibration,
         write_calibration,
     )
-    from dualpath.twin.validate import format_tables, layout, plot_ttft, validate
+    from dualpath.twin.validate import layout, validate
 
     if args.calibration is None:
         _say(f"calibrating {spec.name} (quick) ...")
