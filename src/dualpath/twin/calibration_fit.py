@@ -1,20 +1,10 @@
 """Fit calibration measurements to the simulator's own cost-model forms (non-negative least squares).
 
-NOTE: no separate CPU simulator. Every feature below is read off `dualpath.sim.cost.CostModel` itself by
-evaluating it with probe coefficients (one rate set to 1, every other rate made huge), so the fitted
-numbers mean exactly what the simulator will do with them:
-
-    prefill layer = attention FLOPs / bf16_flops_per_s                 (prefill_attention curve = 1)
-                  + max(linear FLOPs / linear_flops_per_s, weight bytes / weight_read_bytes_per_s)
-                  + layer_overhead_s
-    decode step   = Σ layers [B · attention per sequence + dense linear(B) + layer_overhead_s]
-                  + LM head + step_overhead_s
-                    attention per sequence = α + β_B · FLOPs(C), written into the decode_attention
-                    surface as efficiency_B(C) = FLOPs(C) / (bf16_flops_per_s · (α + β_B · FLOPs(C)))
-
-α is the fixed cost of one sequence's attention call (the runtime attends sequence by sequence, a CPU
-analogue of a kernel-launch floor). Rows are weighted by 1 / measured time, so the fit minimises
-relative error, the quantity the fit report gives.
+NOTE: no separate CPU simulator. Every feature is read off `dualpath.sim.cost.CostModel` itself by
+evaluating it with probe coefficients (one rate 1, every other rate huge), so the fitted numbers mean
+exactly what the simulator does with them (the forms: docs/twin.md "How it is fitted"). α, the fixed
+cost of one sequence's attention call, is the CPU analogue of a kernel-launch floor. Rows are weighted
+by 1 / measured time: the fit minimises relative error, the quantity the fit report gives.
 """
 
 from __future__ import annotations
@@ -196,11 +186,6 @@ def fit_prefill(
         weight_read_bytes_per_s=weight_read_bytes_per_s,
         layer_overhead_s=float(overhead_s),
     )
-
-
-def _bucketed(context_tokens: int) -> int:
-    bucket = DECODE_CONTEXT_BUCKET_TOKENS
-    return max(1, round(context_tokens / bucket)) * bucket
 
 
 def fit_decode(

@@ -1,18 +1,10 @@
 """The PE forward's own Python work beyond its model layers, timed on the runtime's forward path.
 
-`runtime/pe_executor.py` `_step` runs a forward as: embed each item's new tokens, `runtime.prefill.run_pipeline`
-(the core's `LayerwisePipeline` with loads on an I/O thread, sends on a transmit thread, computes on the
-calling thread; Basic loads everything first), per layer and item `torch.arange` positions + `prefill_layer`,
-per layer and item the new rows turned into bytes (`layer_kv_to_bytes`, on the transmit thread), then the
-LM head on the last row of each item. This module runs exactly that with tiny new-token counts, with no
-cached rows and with `CACHED_TOKENS` of them per item: each layer's cached rows copied out of a DRAM
-buffer as the I/O thread does (`layer_kv_from_buffer` + a copy, `kvio.region_layer`), and on the first
-chunk the hit rows turned into bytes beside the new ones for the DE (the link writes and the hit reads are
-not here: the twin prices them as link and store time).
-It times the process CPU of the whole forward (every thread: worker, I/O, transmit) and the thread CPU
-spent inside `prefill_layer` and in the head (`embed` + `final`, priced by `prefill_head_s`). The
-difference is what the cost model's layer and head terms do not cover: pipeline thread hops, per-layer
-per-item Python, the byte views (docs/twin.md "What the twin adds").
+Runs what `runtime/pe_executor.py` `_step` runs (embed, `runtime.prefill.run_pipeline` with its I/O and
+transmit threads, per layer and item `arange` + `prefill_layer` and `layer_kv_to_bytes`, the LM head)
+with tiny new-token counts, without and with `CACHED_TOKENS` cached rows per item (copied out of a DRAM
+buffer as the I/O thread does). Process CPU of the forward minus the thread CPU inside `prefill_layer`
+and the head is what the cost model's terms do not cover (docs/twin.md "What the twin adds").
 """
 
 from __future__ import annotations

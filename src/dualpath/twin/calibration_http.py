@@ -1,13 +1,9 @@
 """Timing the client <-> scheduler HTTP legs: the real API app (`runtime.api.build_app`) over uvicorn in its
 own process, a no-op backend, and the load generator's own client code path (`httpx`, SSE lines, JSON).
 
-What a runtime TTFT has beside the cluster's work: the POST (client JSON encode, uvicorn, FastAPI/pydantic
-validation of the prompt's token ids) before the scheduler sees the request, and the first SSE chunk back.
-With a backend that answers at once, POST -> first chunk is exactly those two legs. A stream of single-token
-chunks gives the cost of each further chunk. Both are timed as wall time on the measuring host and as the
-CPU time the two processes (server and client) spent: the CPU per request and per chunk is what the
-twin's shared-cores term counts for the scheduler and the load generator (docs/twin.md).
-
+POST -> first chunk of a backend that answers at once is both HTTP legs of a TTFT; a stream of
+single-token chunks prices each further chunk. Wall time, and the CPU of server and client per request
+and per chunk (what the twin charges the scheduler and the client, docs/twin.md).
 Run as `python -m dualpath.twin.calibration_http --port P` it is the server side.
 """
 

@@ -60,7 +60,7 @@ def median_time_s(fn: Callable[[], object], repeats: int) -> float:
     """Median over repeats of the CPU time of this thread (one torch thread, as in a node), else wall.
 
     CPU time is what the kernel costs on an idle core whatever else runs on the host meanwhile; the twin
-    adds the sharing of cores with the other runnable threads itself (`physics.TwinSimulation.cpu_share`).
+    adds the sharing of cores with the other runnable threads itself (`sim.host`).
     """
     clock = time.thread_time if torch.get_num_threads() == 1 else time.perf_counter
     fn()  # warm-up: first-call allocations are not part of a steady-state step

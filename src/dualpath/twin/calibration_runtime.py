@@ -1,33 +1,13 @@
 """In situ: the CPU the runtime's threads spend on a training trace, against what the twin charges for it.
 
-The kernel and code-path measurements (`calibration_model`, `calibration_forward`, `calibration_http`) time
-each piece alone on an idle core. A running cluster spends more: its kernels run with cold caches between
-the other threads' slices, its I/O threads copy and checksum what the twin prices as link time, and its
-scheduler, API and client do more per request than a no-op backend shows (measured: docs/twin.md "Where
-the CPU went"). So `calibrate` also replays a *training* trace — the validate trace's profile and
-concurrency, but other seeds and only `TRAINING_ROUNDS` rounds, so never the trace a validation
-replays — on a fresh local cluster per mode and training seed (`TRAINING_SEEDS`: the CPU of one short
-replay moves by ±20 % between runs, so three are pooled), and reads every thread's CPU time from /proc
-before and after the replay. Threads are grouped by what the twin models:
-
-    pe_engine   the PE's forward worker (OS thread name `pe-worker`, runtime/os_thread.py)
-    pe_io       every other thread of the PE's process (I/O, sends, notices, ZeroMQ, its main loop)
-    de_engine   the DE's decode loop (`de-decode`)
-    de_io       every other thread of a DE's process (H2D, persists, commits, reads, sends, ...)
-    serve       the scheduler + API process
-    client      the load generator (the calibrating process while it replays)
-
-It also reads the DEs' decode-run restart counters from /metrics (runtime/de_executor.py: from the end
-of a run to the start of the next that continues its batch: the completion's trip to the scheduler, its
-handling and the next command's trip back, each a thread wake-up on busy cores), whose mean replaces the
-idle control round trip between a DE's runs.
-
-The twin then runs the same training trace (`twin_cpu_s`). The engines and the client do work per piece
-(a forward, a decode step, a request): their factor is measured ÷ charged, and `TwinSimulation` multiplies
-each piece it charges by it. The nodes' I/O threads and the scheduler work all the time (reports every
-20 ms, polls, copies beside the link pacing, periodic fetches): their CPU per second of the replay
-(the scheduler's beyond what the twin charges for its messages) is a background load of our own on the
-host's cores (twin/physics.py, twin/host_cpu.py).
+Each piece timed alone on an idle core costs more inside a running cluster. So `calibrate` replays a
+*training* trace (the validate trace's profile and concurrency, other seeds `TRAINING_SEEDS`, only
+`TRAINING_ROUNDS` rounds) on a fresh local cluster per mode, reads every thread's CPU from /proc before
+and after, grouped by what the twin models (`GROUPS`: an engine thread by its OS name, a node's other
+threads as its I/O, the scheduler process, the client), and the DEs' decode-restart counters from
+/metrics. The twin then runs the same trace (`twin_cpu_s`): per-piece groups get measured ÷ charged as
+a factor, the always-busy threads become background cores, the engines' wall ÷ CPU an efficiency
+(docs/twin.md "In-situ CPU factors").
 """
 
 from __future__ import annotations
@@ -237,7 +217,7 @@ def efficiencies(measured: Mapping[str, float], twin: Mapping[str, float]) -> di
 
     The twin's ratio is what sharing the cores costs a piece; the runtime's also holds what the twin does
     not model: the GIL held by the process's other threads (I/O, sends, the main loop) and wake-ups on
-    busy cores. `TwinSimulation` gives each engine piece this weight on the cores (`host_cpu`: a thread
+    busy cores. The twin's host (`sim.host`) gives each engine piece this weight on the cores (a thread
     that keeps itself this busy), so the wall it loses goes to the other threads, as it does on the host.
     """
     out = {}

@@ -1,23 +1,10 @@
 """How much of the host's cores *other* jobs used while a runtime cluster ran (Linux /proc).
 
-The twin's shared-cores term (`physics.TwinSimulation.cpu_share`) counts the engines that compute and the
-CPU work of our own other processes (the scheduler/API, the load generator), both predicted from
-calibrated costs. What it cannot predict is the rest of the machine: other jobs on the same cores.
-`HostLoadSampler` measures exactly those as the CPU time they consumed: every `interval_s` it reads the
-cumulative CPU ticks (utime + stime, all threads) of every process outside our own process tree (the
-process that samples, i.e. `dualpath validate`, and all its descendants: the `serve` child, its node
-processes) and sums what each consumed since the previous sample. CPU used ÷ wall is
-`external_cores`: the cores the other jobs took, which the twin removes from the host's capacity
-(docs/twin.md "Other jobs on the host").
-
-Why consumed CPU and not a count of runnable threads: what another job *takes* depends on the kernel's
-policy, not only on how many threads it has. With autogroup (Linux's default for sessions), each
-session's group gets an equal share, so one busy thread of another session takes up to a whole core
-from our four or five, and a niced group takes almost nothing; a runnable-thread count gets both wrong.
-Counting our own runnable threads and subtracting them from `procs_running` was also biased: the two
-reads are not simultaneous, and our short-lived threads (ZeroMQ, notices, writers) that ran at the
-first read had often blocked by the second, so a quiet host read as 0.4-0.9 "external threads".
-Consumed CPU has neither problem, and reading one stat file per process costs ~0.3 ms per sample.
+`HostLoadSampler` sums the CPU ticks (utime + stime, all threads) that every process outside our own
+process tree (the sampling `dualpath validate` and its descendants) consumed per `interval_s`; CPU used ÷
+wall is `external_cores`, which the twin removes from the host's capacity (`sim.host`). Consumed CPU and
+not a runnable-thread count: with autogroup one busy thread of another session takes up to a whole core
+and a niced group almost nothing (docs/twin.md "Other jobs on the host" has the measurements).
 """
 
 from __future__ import annotations

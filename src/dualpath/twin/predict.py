@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from dualpath.config.specs import ClusterSpec, HardwareSpec, SchedulerSpec
+from dualpath.metrics.summary import summarize_latencies
 from dualpath.model import arch
 from dualpath.runtime.cluster import RuntimeClusterSpec
 from dualpath.sim.agents import Round
@@ -32,6 +33,9 @@ _PROBE_NEW_TOKENS = 256
 _PROBE_CACHED_TOKENS = 3 * _PROBE_NEW_TOKENS
 # A quarter core: what our processes keep even when other jobs used (nearly) every core.
 _MIN_CAPACITY_CORES = 0.25
+# The runtime's code paths (HTTP legs, control and chunk CPU) the host charges as they were measured.
+_HOST_TERMS = ("http_leg_s", "http_leg_s_per_prompt_token", "http_cpu_s", "http_cpu_s_per_prompt_token",
+               "control_cpu_s", "sse_chunk_cpu_s")  # fmt: skip
 
 
 class RuntimeStepCosts:
@@ -120,12 +124,7 @@ def twin_simulation(
         command_trip_s=float(given.get("decode_restart_s", o.control_round_trip_s)),
         commit_s=o.store_write_op_s,
         commits_in_flight=COMMITS_IN_FLIGHT,
-        http_leg_s=o.http_leg_s,
-        http_leg_s_per_prompt_token=o.http_leg_s_per_prompt_token,
-        http_cpu_s=o.http_cpu_s,
-        http_cpu_s_per_prompt_token=o.http_cpu_s_per_prompt_token,
-        control_cpu_s=o.control_cpu_s,
-        sse_chunk_cpu_s=o.sse_chunk_cpu_s,
+        **{k: getattr(o, k) for k in _HOST_TERMS},  # the same names in both
     )
     oracle = get_mode(config.mode).skip_io
     costs = RuntimeStepCosts(config.cost_model, o, f, config.cluster, oracle=oracle)
@@ -288,20 +287,10 @@ def _mean(values: Sequence[float]) -> float:
     return sum(values) / len(values) if values else math.nan
 
 
-def _p90(values: Sequence[float]) -> float:
-    if not values:
-        return math.nan
-    ordered = sorted(values)
-    # Linear interpolation, as numpy.percentile's default (the runtime summary's percentiles).
-    pos = 0.9 * (len(ordered) - 1)
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
-
-
 def metrics_from_sim(o: SimOutcome, spec: RuntimeClusterSpec) -> dict[str, Any]:
     reqs = [r for r in o.requests.values() if not math.isnan(r.first_token_s)]
     ttft = [r.first_token_s - r.arrival_s for r in reqs]
+    ttft_s = summarize_latencies(ttft)  # numpy's percentiles, as the runtime summary's
     tpot = [(r.last_token_s - r.first_token_s) / (r.gen_tokens - 1) for r in reqs if r.gen_tokens >= 2]
     generated = sum(r.gen_tokens for r in reqs)
     jct = max((a.end_s for a in o.agents), default=0.0)
@@ -312,8 +301,8 @@ def metrics_from_sim(o: SimOutcome, spec: RuntimeClusterSpec) -> dict[str, Any]:
     }
     return {
         "jct_s": jct,
-        "ttft_mean_s": _mean(ttft),
-        "ttft_p90_s": _p90(ttft),
+        "ttft_mean_s": ttft_s["mean"],
+        "ttft_p90_s": ttft_s["p90"],
         "tpot_mean_s": _mean(tpot),
         "throughput_tok_s": generated / jct if jct > 0 else 0.0,
         "snic_bytes": snic,
@@ -322,7 +311,7 @@ def metrics_from_sim(o: SimOutcome, spec: RuntimeClusterSpec) -> dict[str, Any]:
         "milestones_mean_s": {  # the runtime's names (bench summary), mean seconds after arrival
             "pe_assigned": _mean([r.scheduled_s - r.arrival_s for r in reqs]),
             "prefill_start": _mean([r.prefill_start_s - r.arrival_s for r in reqs]),
-            "prefill_end": _mean(ttft),
+            "prefill_end": ttft_s["mean"],
             "finished": _mean([r.done_s - r.arrival_s for r in reqs if not math.isnan(r.done_s)]),
         },
     }
