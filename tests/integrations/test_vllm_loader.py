@@ -83,22 +83,44 @@ def test_pe_read_path_lands_every_layer_in_the_paged_cache(tmp_path: Path) -> No
         loader.close()
 
 
+def de_pair(
+    tmp_path: Path, store: FileStore, dest: list[torch.Tensor], transport: str, tag: str
+) -> tuple[DeReadService, KvLoader]:
+    """A decode node's DE read service and a prefill loader that asks it, over `transport`."""
+    namespace = f"t{os.getpid()}{tag}"
+    de = DeReadService(
+        endpoint=f"de{tag}",
+        namespace=namespace,
+        store=FileStore(tmp_path, 2**30),
+        snic=make_snic("de", 0),
+        transport=transport,
+    )
+    addresses = {f"de{tag}": de.backend.address} if transport == "tcp" else {}
+    loader = make_loader(
+        store,
+        dest,
+        endpoint=f"pe{tag}",
+        namespace=namespace,
+        de_buffer_bytes=2**22,
+        transport=transport,
+        peer_addresses=addresses,
+    )
+    return de, loader
+
+
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
 def test_de_read_path_reads_through_the_decode_snic_and_writes_into_the_prefill_buffer(
-    tmp_path: Path,
+    tmp_path: Path, transport: str
 ) -> None:
-    namespace = f"t{os.getpid()}de"
     store = FileStore(tmp_path, 2**30)
     source, dest = paged_cache(2), paged_cache(None)
     keys = stored_hit(store, source, [0, 1, 2, 3, 4, 5])
-    de = DeReadService(
-        endpoint="de0", namespace=namespace, store=FileStore(tmp_path, 2**30), snic=make_snic("de", 0)
-    )
-    loader = make_loader(store, dest, endpoint="pe0", namespace=namespace, de_buffer_bytes=2**22)
+    de, loader = de_pair(tmp_path, store, dest, transport, f"x{transport}")
     try:
         spec = LoadSpec(
             request_id="r",
             read_path="de",
-            de_endpoint="de0",
+            de_endpoint=f"dex{transport}",
             blocks=spans(keys, 0, 3, [6, 7, 8, 9, 10, 11], 2),
             tokens=192,
         )
@@ -117,7 +139,6 @@ def test_de_read_path_reads_through_the_decode_snic_and_writes_into_the_prefill_
 
 @pytest.mark.parametrize("read_path", ["pe", "de"])
 def test_a_corrupt_or_missing_block_is_reported_and_not_copied(tmp_path: Path, read_path: str) -> None:
-    namespace = f"t{os.getpid()}{read_path}c"
     store = FileStore(tmp_path, 2**30)
     source, dest = paged_cache(3), paged_cache(None)
     keys = stored_hit(store, source, [0, 1, 2, 3, 4, 5])
@@ -127,10 +148,7 @@ def test_a_corrupt_or_missing_block_is_reported_and_not_copied(tmp_path: Path, r
     raw[data_offset_bytes(LAYERS) + lb + 100] ^= 0xFF  # one byte of Layer Block 1 of Full Block 1
     path.write_bytes(bytes(raw))
     store.delete(keys[2])  # and Full Block 2 is gone
-    de = DeReadService(
-        endpoint="de1", namespace=namespace, store=FileStore(tmp_path, 2**30), snic=make_snic("de", 0)
-    )
-    loader = make_loader(store, dest, endpoint="pe1", namespace=namespace, de_buffer_bytes=2**22)
+    de, loader = de_pair(tmp_path, store, dest, "shm", "1")
     try:
         spec = LoadSpec(
             request_id="r",

@@ -142,3 +142,68 @@ def test_concurrent_streams_spread_reads_in_dualpath_only(tmp_path: Path, mode: 
     placements = [router.book.place(len(ids), router.hit_tokens(ids)) for _ in range(3)]  # all in flight
     sides = [p.read_path + p.de_endpoint for p in placements]
     assert sides == (["pe", "pe", "pe"] if mode == "basic" else ["pe", "ded0", "ded1"])
+
+
+def fake_pd_instances() -> tuple[FastAPI, list[dict[str, Any]]]:
+    """Prefill answers one token (42); decode answers 7, 8, … (streamed with usage when asked)."""
+    app, seen = FastAPI(), []
+
+    @app.post("/v1/completions")
+    async def completions(request: Request) -> Any:
+        body = await request.json()
+        seen.append({"host": request.url.hostname, "body": body})
+        if body["max_tokens"] == 1:
+            assert not body.get("stream")
+            return {"id": "c1", "object": "text_completion", "created": 1, "model": "m",
+                    "choices": [{"text": "", "token_ids": [42], "finish_reason": "length"}]}  # fmt: skip
+        ids = list(range(7, 7 + body["max_tokens"]))
+        usage = {"prompt_tokens": len(body["prompt"]), "completion_tokens": len(ids)}
+        if not body.get("stream"):
+            return {"choices": [{"text": "", "token_ids": ids}], "usage": usage,
+                    "kv_transfer_params": {"dualpath": {"pd_loaded_tokens": len(body["prompt"]) - 1}}}  # fmt: skip
+
+        async def events() -> Any:
+            for token in ids:
+                yield f"data: {json.dumps({'choices': [{'text': '', 'token_ids': [token]}]})}\n\n".encode()
+            if (body.get("stream_options") or {}).get("include_usage"):
+                yield f"data: {json.dumps({'choices': [], 'usage': usage})}\n\n".encode()
+            yield b"data: [DONE]\n\n"
+
+        return StreamingResponse(events(), media_type="text/event-stream")
+
+    return app, seen
+
+
+def test_the_pd_hand_off_goes_prefill_then_decode_and_joins_the_answers() -> None:
+    app_upstream, seen = fake_pd_instances()
+    router = Router(
+        RouterConfig(prefill_urls=("http://p0",), prefill_endpoints=("p0",), decode_urls=("http://e0",)),
+        client=httpx.AsyncClient(transport=httpx.ASGITransport(app=app_upstream)),
+    )
+    ids = list(range(1, 50))
+
+    async def scenario() -> tuple[httpx.Response, httpx.Response]:
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=make_app(router)), base_url="http://r"
+        ) as c:
+            plain = await c.post("/v1/completions", json={"prompt": ids, "max_tokens": 3})
+            body = {"prompt": ids, "max_tokens": 3, "stream": True, "stream_options": {"include_usage": True}}
+            streamed = await c.post("/v1/completions", json=body)
+            return plain, streamed
+
+    plain, streamed = asyncio.run(scenario())
+    assert plain.json()["choices"][0]["token_ids"] == [42, 7, 8]
+    assert plain.json()["usage"] == {"prompt_tokens": 49, "completion_tokens": 3, "total_tokens": 52}
+    prefill, decode = seen[0]["body"], seen[1]["body"]
+    assert (seen[0]["host"], seen[1]["host"]) == ("p0", "e0")
+    assert prefill["max_tokens"] == 1 and prefill["kv_transfer_params"]["dualpath"]["pd"]["role"] == "prefill"
+    pd = decode["kv_transfer_params"]["dualpath"]["pd"]
+    assert pd == {"role": "decode", "job": prefill["kv_transfer_params"]["dualpath"]["pd"]["job"],
+                  "prefill_endpoint": "p0", "tokens": 49}  # fmt: skip
+    assert decode["prompt"] == [*ids, 42] and decode["max_tokens"] == 2
+    assert router.handoffs == [{"dualpath": {"pd_loaded_tokens": 49}}]
+    events = [json.loads(line[6:]) for line in streamed.text.splitlines() if line.startswith("data: {")]
+    tokens = [t for e in events for c in e["choices"] for t in c.get("token_ids", [])]
+    assert tokens == [42, 7, 8] and streamed.text.rstrip().endswith("data: [DONE]")
+    assert events[-1]["usage"] == {"prompt_tokens": 49, "completion_tokens": 3, "total_tokens": 52}
+    assert router.book.decode_tok == [0] and router.book.tok == [0]

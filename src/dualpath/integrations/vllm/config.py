@@ -33,6 +33,12 @@ class ConnectorConfig:
     de_endpoint: str = ""
     de_serve_endpoint: str = ""  # set: this instance also serves DE reads for prefill instances, as this name
     de_buffer_bytes: int = 64 * 2**20  # this instance's receive buffer for DE-read Layer Blocks
+    # Transport of DE reads and the PD hand-off: "shm" (one host) or "tcp" (across hosts; endpoints.py).
+    transport: str = "shm"
+    listen_host: str = "127.0.0.1"  # tcp: this instance's endpoint listens here
+    listen_port: int = 0  # tcp: its port (0: any; a fixed one lets peers name it); + rank with TP
+    de_serve_port: int = 0  # tcp: the port of the DE read service (de_serve_endpoint); + rank with TP
+    peers: str = ""  # tcp: "name=tcp://host:port,..." for the DE endpoints and prefill instances it asks
     # Wait for each step's persisted blocks to reach the store before the step returns (deterministic hits
     # for tests and benchmarks; off, the writes run behind the next steps).
     persist_wait: bool = False
@@ -44,6 +50,8 @@ class ConnectorConfig:
             raise ValueError("kv_connector_extra_config needs 'store_dir' (the DualPath FileStore directory)")
         if self.read_path not in READ_PATHS:
             raise ValueError(f"read_path must be one of {READ_PATHS}, got {self.read_path!r}")
+        if self.transport not in ("shm", "tcp"):
+            raise ValueError(f"transport must be shm or tcp, got {self.transport!r}")
         if self.load_mode not in LOAD_MODES:
             raise ValueError(f"load_mode must be one of {LOAD_MODES}, got {self.load_mode!r}")
         if self.full_block_vllm_blocks <= 0:

@@ -49,6 +49,7 @@ from vllm.model_executor.models.utils import extract_layer_index
 
 from dualpath.integrations.vllm.config import ConnectorConfig, shard_dir, shard_name
 from dualpath.integrations.vllm.de_service import DeReadService, make_snic
+from dualpath.integrations.vllm.endpoints import parse_peers
 from dualpath.integrations.vllm.layer_wait import LayerLoads, LoadTimeout
 from dualpath.integrations.vllm.loader import KvLoader, Staging
 from dualpath.integrations.vllm.paged import full_block, layer_block_bytes
@@ -158,6 +159,9 @@ class DualPathConnector(KVConnectorBase_V1):
                 namespace=self.config.namespace,
                 store=self.store,
                 snic=self.snic,
+                transport=self.config.transport,
+                host=self.config.listen_host,
+                port=_rank_port(self.config.de_serve_port, self.tp_rank),
             )
 
     # ================================ scheduler side ================================================
@@ -308,6 +312,10 @@ class DualPathConnector(KVConnectorBase_V1):
             namespace=self.config.namespace,
             de_buffer_bytes=self.config.de_buffer_bytes if self.config.endpoint else 0,
             peer_name=lambda de: shard_name(de, self.tp_rank, self.tp_size),
+            transport=self.config.transport,
+            host=self.config.listen_host,
+            port=_rank_port(self.config.listen_port, self.tp_rank),
+            peer_addresses=parse_peers(self.config.peers),
         )
         self._writer = StorageWriter(self.store, self.snic)
         loader = self._loader
@@ -501,3 +509,7 @@ def _tp_rank() -> int:
 def _pd_params(request: Request) -> dict[str, Any]:
     pd = ((request.kv_transfer_params or {}).get("dualpath") or {}).get("pd")
     return pd if isinstance(pd, dict) else {}
+
+
+def _rank_port(port: int, rank: int) -> int:
+    return port + rank if port else 0

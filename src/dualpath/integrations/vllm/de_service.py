@@ -7,8 +7,8 @@ into DRAM, then write it, Layer Block by Layer Block, into the prefill instance'
 
 A block that is missing or fails its checksum is answered with a notice carrying `error` (no bytes): the
 prefill side reports its vLLM blocks as load errors, so they are recomputed, never served.
-The transfer backend is shared memory on one host (`SharedMemoryBackend`): both sides derive each other's
-address from the namespace and the endpoint names.
+The transfer backend is shared memory on one host or TCP across hosts (endpoints.py); a read request carries
+the address to answer at.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from dualpath.integrations.vllm.endpoints import TRANSPORTS, Peers, make_backend
 from dualpath.kvcache import FileStore, KVStore, key_from_hex
-from dualpath.transfer import BlockRead, ReadJob, SharedMemoryBackend, Snic
-from dualpath.transfer.shm_backend import default_ipc_address
+from dualpath.transfer import BlockRead, ReadJob, Snic
 from dualpath.transfer.storage_io import StorageReader
 
 RECEIVE_BUFFER = "kv_in"  # the prefill instance's registered buffer that DE reads land in
@@ -32,15 +32,24 @@ def make_snic(name: str, rate_bytes_per_s: float) -> Snic:
 
 
 class DeReadService:
-    def __init__(self, *, endpoint: str, namespace: str, store: KVStore, snic: Snic) -> None:
+    def __init__(
+        self,
+        *,
+        endpoint: str,
+        namespace: str,
+        store: KVStore,
+        snic: Snic,
+        transport: str = "shm",
+        host: str = "127.0.0.1",
+        port: int = 0,
+    ) -> None:
         self.endpoint = endpoint
         self.namespace = namespace
         self.snic = snic
-        self.backend = SharedMemoryBackend(endpoint, namespace=namespace)
+        self.backend = make_backend(endpoint, transport=transport, namespace=namespace, host=host, port=port)
+        self._peers = Peers(self.backend, namespace)
         self._reader = StorageReader(store, snic)
         self._jobs = ThreadPoolExecutor(max_workers=2, thread_name_prefix=f"{endpoint}-de")
-        self._peers: set[str] = set()
-        self._peers_lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._serve, name=f"{endpoint}-notices", daemon=True)
         self._thread.start()
@@ -51,15 +60,8 @@ class DeReadService:
             if notice is not None and notice.payload.get("op") == "read":
                 self._jobs.submit(self._read_job, notice.payload)
 
-    def _peer(self, name: str) -> str:
-        with self._peers_lock:
-            if name not in self._peers:
-                self.backend.add_peer(name, default_ipc_address(self.namespace, name))
-                self._peers.add(name)
-        return name
-
     def _read_job(self, req: dict[str, Any]) -> None:
-        peer = self._peer(req["reply_to"])
+        peer = self._peers(req["reply_to"], req.get("reply_address"))
         keys = [key_from_hex(k) for k in req["keys"]]
         layer_bytes = int(req["layer_block_bytes"])
         base = int(req["offset_bytes"])
@@ -98,6 +100,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--namespace", default="dualpath")
     parser.add_argument("--snic-bytes-per-s", type=float, default=0.0)
     parser.add_argument("--capacity-bytes", type=int, default=64 * 2**30)
+    parser.add_argument("--transport", choices=TRANSPORTS, default="shm")
+    parser.add_argument("--host", default="127.0.0.1", help="tcp: the address to listen on")
+    parser.add_argument("--port", type=int, default=0, help="tcp: the port to listen on (0: any)")
     args = parser.parse_args(argv)
     store = FileStore(args.store_dir, args.capacity_bytes)
     service = DeReadService(
@@ -105,6 +110,9 @@ def main(argv: list[str] | None = None) -> None:
         namespace=args.namespace,
         store=store,
         snic=make_snic(args.endpoint + ".snic", args.snic_bytes_per_s),
+        transport=args.transport,
+        host=args.host,
+        port=args.port,
     )
     print(f"DE read service {args.endpoint} on {service.backend.address}", flush=True)
     try:

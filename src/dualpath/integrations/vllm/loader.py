@@ -17,7 +17,7 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
@@ -25,11 +25,11 @@ import torch
 
 from dualpath.integrations.vllm.buffer_pool import BufferPool
 from dualpath.integrations.vllm.de_service import RECEIVE_BUFFER
+from dualpath.integrations.vllm.endpoints import Backend, Peers, make_backend
 from dualpath.integrations.vllm.paged import write_layer_block
-from dualpath.integrations.vllm.pd import Peers
 from dualpath.integrations.vllm.plan import LoadSpec
 from dualpath.kvcache import KVStore, key_hex
-from dualpath.transfer import BlockRead, Notice, ReadJob, ReadResult, SharedMemoryBackend, Snic
+from dualpath.transfer import BlockRead, Notice, ReadJob, ReadResult, Snic
 from dualpath.transfer.storage_io import StorageReader
 
 
@@ -73,6 +73,10 @@ class KvLoader:
         namespace: str = "dualpath",
         de_buffer_bytes: int = 0,
         peer_name: Callable[[str], str] = lambda de_endpoint: de_endpoint,
+        transport: str = "shm",
+        host: str = "127.0.0.1",
+        port: int = 0,
+        peer_addresses: Mapping[str, str] | None = None,
     ) -> None:
         self.kv_layers = list(kv_layers)
         self._peer_name = peer_name  # a DE endpoint's name for this rank (tensor parallelism)
@@ -84,22 +88,24 @@ class KvLoader:
         self._de_jobs: dict[str, tuple[Staging, list[int]]] = {}  # job -> staging, notices left per layer
         self.endpoint = endpoint
         self.namespace = namespace
-        self._backend: SharedMemoryBackend | None = None
+        self._backend: Backend | None = None
         self._pool = BufferPool(0)
         self._stop = threading.Event()
         # Other notices this endpoint gets: the PD hand-off's asks (P side) and layers (D side), pd.py
         self.on_ask: Callable[[Notice], None] | None = None
         self.on_pd_layer: Callable[[Notice], None] | None = None
         if endpoint and de_buffer_bytes:
-            self._backend = SharedMemoryBackend(endpoint, namespace=namespace)
+            self._backend = make_backend(
+                endpoint, transport=transport, namespace=namespace, host=host, port=port
+            )
             self._receive = self._backend.register_buffer(RECEIVE_BUFFER, de_buffer_bytes)
             self._pool = BufferPool(de_buffer_bytes)
-            self.peers = Peers(self._backend, namespace)
+            self.peers = Peers(self._backend, namespace, peer_addresses)
             self._thread = threading.Thread(target=self._notices, name=f"{endpoint}-notices", daemon=True)
             self._thread.start()
 
     @property
-    def backend(self) -> SharedMemoryBackend | None:
+    def backend(self) -> Backend | None:
         """This endpoint's transfer backend (None without an endpoint): the PD hand-off uses it too."""
         return self._backend
 
@@ -220,6 +226,7 @@ class KvLoader:
                 "num_layers": self.num_layers,
                 "layer_block_bytes": self.layer_block_bytes,
                 "offset_bytes": st.offset_bytes,
+                "reply_address": self._backend.address,
             },
         )
 

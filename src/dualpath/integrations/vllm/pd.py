@@ -9,7 +9,8 @@ which loads it once and decodes).
         ◄──write + notice {pd_job, layer}── D copies each layer into its paged cache; all in: D decodes
         P frees the blocks once all layers are written
 
-D persists the Full Blocks its decode completes (P persisted the prompt's). Shared memory only (one host).
+D persists the Full Blocks its decode completes (P persisted the prompt's). Shared memory on one host, TCP
+across hosts (endpoints.py).
 """
 
 from __future__ import annotations
@@ -23,9 +24,9 @@ import torch
 
 from dualpath.integrations.vllm.buffer_pool import BufferPool
 from dualpath.integrations.vllm.de_service import RECEIVE_BUFFER
+from dualpath.integrations.vllm.endpoints import Backend, Peers
 from dualpath.integrations.vllm.paged import read_layer_block, write_layer_block
-from dualpath.transfer import Notice, SharedMemoryBackend
-from dualpath.transfer.shm_backend import default_ipc_address
+from dualpath.transfer import Notice
 
 PD_TIMEOUT_S = 120.0
 
@@ -58,26 +59,10 @@ class _Receiving:
     started_s: float = field(default_factory=time.monotonic)
 
 
-class Peers:
-    """Shared-memory peers of one endpoint, added on first use (their addresses follow from the names)."""
-
-    def __init__(self, backend: SharedMemoryBackend, namespace: str) -> None:
-        self.backend, self.namespace = backend, namespace
-        self._known: set[str] = set()
-        self._lock = threading.Lock()
-
-    def __call__(self, name: str) -> str:
-        with self._lock:
-            if name not in self._known:
-                self.backend.add_peer(name, default_ipc_address(self.namespace, name))
-                self._known.add(name)
-        return name
-
-
 class PdSender:
     """P's worker: holds finished prefills and writes them into the decode instance that asks."""
 
-    def __init__(self, kv_layers: Sequence[torch.Tensor], backend: SharedMemoryBackend, peers: Peers) -> None:
+    def __init__(self, kv_layers: Sequence[torch.Tensor], backend: Backend, peers: Peers) -> None:
         self.kv_layers, self.backend, self.peers = list(kv_layers), backend, peers
         self._lock = threading.Lock()
         self._holds: dict[str, tuple[HoldSpec, float]] = {}
@@ -102,7 +87,7 @@ class PdSender:
         p = notice.payload
         with self._lock:
             spec, _ = self._holds.pop(p["job"])
-        peer, offset = self.peers(p["reply_to"]), int(p["offset_bytes"])
+        peer, offset = self.peers(p["reply_to"], p.get("reply_address")), int(p["offset_bytes"])
         try:
             for layer, kv in enumerate(self.kv_layers):  # layer by layer, layer 0 first
                 data = read_layer_block(kv, spec.vllm_block_ids)
@@ -133,7 +118,7 @@ class PdReceiver:
     def __init__(
         self,
         kv_layers: Sequence[torch.Tensor],
-        backend: SharedMemoryBackend,
+        backend: Backend,
         receive: memoryview,
         pool: BufferPool,
         peers: Peers,

@@ -14,7 +14,8 @@ instances on their host.
 from __future__ import annotations
 
 import itertools
-from collections.abc import AsyncIterator
+import json
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -99,8 +100,8 @@ class Router:
         except ValueError as error:
             return JSONResponse(error_body(400, str(error)), status_code=400)
         if self.config.decode_urls:
-            if kind != "completions" or body.get("stream"):
-                message = "with decode instances the router serves non-streamed /v1/completions only"
+            if kind != "completions":
+                message = "with decode instances the router serves /v1/completions only"
                 return JSONResponse(error_body(400, message), status_code=400)
             return await self._route_pd(ids, body)
         placement = self.book.place(len(ids), self.hit_tokens(ids))
@@ -126,9 +127,10 @@ class Router:
         job = f"pd-{next(self._jobs)}"
         pd_prefill = placement.kv_transfer_params
         pd_prefill["dualpath"]["pd"] = {"role": "prefill", "job": job}  # type: ignore[assignment]
-        first_body = body | {
+        first_body = {k: v for k, v in body.items() if k != "stream_options"} | {
             "prompt": ids,
             "max_tokens": 1,
+            "stream": False,
             "return_token_ids": True,
             "kv_transfer_params": pd_prefill,
         }
@@ -157,8 +159,17 @@ class Router:
             "return_token_ids": True,
             "kv_transfer_params": {"dualpath": {"pd": pd_decode}},
         }
+        url = self.config.decode_urls[decode] + "/v1/completions"
+        if body.get("stream"):
+            return await self._stream_pd(
+                url,
+                rest_body,
+                head,
+                len(ids),
+                lambda: self.book.decode_finished(decode, len(ids) + max_tokens),
+            )
         try:
-            rest = await self.client.post(self.config.decode_urls[decode] + "/v1/completions", json=rest_body)
+            rest = await self.client.post(url, json=rest_body)
         finally:
             self.book.decode_finished(decode, len(ids) + max_tokens)
         if rest.status_code != 200:
@@ -175,6 +186,59 @@ class Router:
             "total_tokens": len(ids) + completion,
         }
         return JSONResponse(answer)
+
+    async def _stream_pd(
+        self,
+        url: str,
+        body: dict[str, Any],
+        head: dict[str, Any],
+        prompt_tokens: int,
+        done: Callable[[], None],
+    ) -> Response:
+        """The first token (from the prefill instance) as one chunk, then the decode instance's stream, its
+        usage counting the whole request."""
+        upstream = await self.client.send(self.client.build_request("POST", url, json=body), stream=True)
+        if upstream.status_code != 200:
+            content = await upstream.aread()
+            await upstream.aclose()
+            done()
+            return Response(content, status_code=upstream.status_code, media_type="application/json")
+        first_choice = head["choices"][0]
+        first = {k: head[k] for k in ("id", "object", "created", "model") if k in head} | {
+            "choices": [
+                {
+                    "index": 0,
+                    "text": first_choice.get("text") or "",
+                    "token_ids": first_choice["token_ids"][:1],
+                    "logprobs": None,
+                    "finish_reason": None,
+                }
+            ]
+        }
+
+        async def chunks() -> AsyncIterator[bytes]:
+            try:
+                yield f"data: {json.dumps(first)}\n\n".encode()
+                async for line in upstream.aiter_lines():
+                    if not line.startswith("data: "):
+                        continue
+                    if line == "data: [DONE]":
+                        yield b"data: [DONE]\n\n"
+                        continue
+                    event = json.loads(line[len("data: ") :])
+                    if event.get("usage"):
+                        completion = 1 + int(event["usage"].get("completion_tokens", 0))
+                        event["usage"] = {
+                            "prompt_tokens": prompt_tokens,
+                            "completion_tokens": completion,
+                            "total_tokens": prompt_tokens + completion,
+                        }
+                    yield f"data: {json.dumps(event)}\n\n".encode()
+            finally:
+                await upstream.aclose()
+                done()
+
+        return StreamingResponse(chunks(), media_type="text/event-stream")
 
     async def _stream(self, url: str, body: dict[str, Any], placement: Placement) -> Response:
         upstream = await self.client.send(self.client.build_request("POST", url, json=body), stream=True)
