@@ -127,8 +127,9 @@ def search(
 
     def try_nodes(n: int, *, every_split: bool) -> bool:
         todo = [replace(problem.template, p=p, d=d, mode=mode) for p, d in splits(n, problem.pd_range)]
-        for i in range(0, len(todo), len(todo) if every_split else batch):
-            chunk = todo[i : i + (len(todo) if every_split else batch)]
+        step = max(1, len(todo) if every_split else batch)  # no split of n in the range: no chunk
+        for i in range(0, len(todo), step):
+            chunk = todo[i : i + step]
             outcomes = run([s for s in chunk if s not in seen])
             for spec in chunk:
                 if spec not in seen:
