@@ -11,6 +11,7 @@ import pytest
 
 from dualpath.cli.main import UserError, main
 from dualpath.config.loader import load_model
+from dualpath.config.toml_write import dumps
 from dualpath.sim.cost import CostCoefficients, CostModel
 from dualpath.twin import CalibrationError, load_calibration
 from dualpath.twin.calibration_fit import (
@@ -21,7 +22,6 @@ from dualpath.twin.calibration_fit import (
     fit_line,
     nnls,
 )
-from dualpath.twin.calibration_toml import dumps
 
 TINY = load_model("tiny-llama")
 GRID_PREFILL = [(c, n) for c in (0, 256, 1024, 2048) for n in (16, 64, 256, 1024)]

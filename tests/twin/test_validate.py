@@ -161,9 +161,8 @@ def test_bad_input_is_one_line_exit_2(argv: list[str], capsys: pytest.CaptureFix
 
 
 def test_demo_rows_get_predictions_from_a_cached_calibration(cal, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    from dualpath.cli.twin_tables import format_predictions
+    from dualpath.cli.demo_twin import add_predictions, cached_calibration, format_predictions
     from dualpath.runtime.bench import BenchOptions
-    from dualpath.twin.demo import add_predictions, cached_calibration
 
     in_situ = "\n[runtime_cpu.basic]\npe_engine = 1.5\nbackground_cores = 0.3\npe_efficiency = 0.8\n"
     (tmp_path / "calibration-local-1p2d.toml").write_text(CALIBRATION.read_text() + in_situ)
@@ -183,7 +182,7 @@ def test_a_cached_calibration_without_in_situ_factors_is_measured_again(
 ) -> None:
     import importlib
 
-    from dualpath.twin.demo import cached_calibration
+    from dualpath.cli.demo_twin import cached_calibration
 
     calibrate_module = importlib.import_module("dualpath.twin.calibrate")  # the module, not the function
 

@@ -51,8 +51,7 @@ def run(args: argparse.Namespace) -> int:
             )
         rows.append(demo_row(run_mode(mode, options, config=args.config, progress=not args.json)))
     if not args.no_predict:  # the calibrated simulator on the same trace, beside each measured row
-        from dualpath.cli.twin_tables import format_predictions
-        from dualpath.twin.demo import add_predictions, cached_calibration
+        from dualpath.cli.demo_twin import add_predictions, cached_calibration, format_predictions
 
         say = (lambda _: None) if args.json else (lambda text: print(text, flush=True))
         add_predictions(rows, cached_calibration(args.config, say=say), args.config, options)

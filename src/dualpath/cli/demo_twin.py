@@ -1,4 +1,5 @@
-"""The simulator's prediction beside each `dualpath demo` row (quick calibration, cached per cluster)."""
+"""`dualpath demo`'s twin column: the simulator's prediction beside each row (quick calibration, cached per
+cluster)."""
 
 from __future__ import annotations
 
@@ -56,3 +57,18 @@ def add_predictions(
         for key in ("jct_s", "ttft_mean_s"):
             row[f"predicted_{key}"] = predicted[key]
             row[f"{key}_error_pct"] = error_pct(row[key], predicted[key])
+
+
+def format_predictions(rows: Sequence[dict[str, Any]]) -> str:
+    head = f"{'mode':<12}{'JCT s':>8}{'sim JCT':>9}{'err':>7}{'TTFT s':>9}{'sim TTFT':>10}{'err':>7}"
+    lines = ["simulator prediction (calibrated twin, same trace):", head, "-" * len(head)]
+    for row in rows:
+        lines.append(
+            f"{row['mode']:<12}{row['jct_s']:>8.2f}{row['predicted_jct_s']:>9.2f}{_pct(row['jct_s_error_pct'])}"
+            f"{row['ttft_mean_s']:>9.3f}{row['predicted_ttft_mean_s']:>10.3f}{_pct(row['ttft_mean_s_error_pct'])}"
+        )
+    return "\n".join(lines)
+
+
+def _pct(value: float | None) -> str:
+    return f"{'-':>7}" if value is None else f"{value:>6.0f}%"

@@ -6,9 +6,8 @@ demo's rows with their predictions).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from dualpath.twin.validate import COMPARED, error_pct
 
@@ -142,18 +141,3 @@ def plot_ttft(results: dict[str, ModeResult], path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
-
-
-def format_predictions(rows: Sequence[dict[str, Any]]) -> str:
-    head = f"{'mode':<12}{'JCT s':>8}{'sim JCT':>9}{'err':>7}{'TTFT s':>9}{'sim TTFT':>10}{'err':>7}"
-    lines = ["simulator prediction (calibrated twin, same trace):", head, "-" * len(head)]
-    for row in rows:
-        lines.append(
-            f"{row['mode']:<12}{row['jct_s']:>8.2f}{row['predicted_jct_s']:>9.2f}{_pct(row['jct_s_error_pct'])}"
-            f"{row['ttft_mean_s']:>9.3f}{row['predicted_ttft_mean_s']:>10.3f}{_pct(row['ttft_mean_s_error_pct'])}"
-        )
-    return "\n".join(lines)
-
-
-def _pct(value: float | None) -> str:
-    return f"{'-':>7}" if value is None else f"{value:>6.0f}%"

@@ -1,6 +1,6 @@
-"""A minimal TOML writer for calibration presets (the standard library reads TOML but cannot write it).
+"""A minimal TOML writer (the standard library reads TOML but cannot write it), for presets we write.
 
-Handles what a preset holds: tables, strings, booleans, ints, floats (including inf), and arrays of
+Handles what a preset holds (`twin.calibration`): tables, strings, booleans, ints, floats (including inf), and arrays of
 scalars. Comments may be attached to a key by its dotted path; they are written after the value.
 """
 

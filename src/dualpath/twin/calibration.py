@@ -23,10 +23,10 @@ from typing import Any
 from dualpath.config.coerce import ConfigError, build
 from dualpath.config.loader import load_model
 from dualpath.config.specs import HardwareSpec, ModelSpec
+from dualpath.config.toml_write import dumps
 from dualpath.config.validate import validate
 from dualpath.sim.cost import CostModel
 from dualpath.twin.calibration_fit import FitQuality
-from dualpath.twin.calibration_toml import dumps
 
 CALIBRATION_FORMAT = 1
 # Without an in-situ measurement the twin charges what the code-path measurements say: engines, scheduler
