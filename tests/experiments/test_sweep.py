@@ -116,3 +116,12 @@ def test_shipped_specs_parse() -> None:
     for name, path in shipped_specs().items():
         sweep = load_sweep(path)
         assert sweep.runs, name
+
+
+@pytest.mark.parametrize("figure", ["fig7", "fig8", "fig9", "fig10"])
+def test_shipped_paper_specs_are_reproduces_quick_runs(figure: str) -> None:
+    # Same RunSpecs, so `dualpath sweep paper-figN-quick` and `reproduce figN --quick` share cached runs.
+    from dualpath.experiments.scenarios import EXPERIMENTS
+
+    sweep = load_sweep(shipped_specs()[f"paper-{figure}-quick"])
+    assert set(sweep.specs()) == set(EXPERIMENTS[figure].specs(True))
