@@ -10,10 +10,11 @@ The result is a `calibration.Calibration`, written as one TOML preset (`calibrat
 from __future__ import annotations
 
 import datetime
+import os
 import platform
 import statistics
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -21,21 +22,19 @@ from typing import Any
 from dualpath.config.loader import load_model
 from dualpath.config.specs import GpuSpec, HardwareSpec, ModelSpec
 from dualpath.config.validate import validate
-from dualpath.model import arch
 from dualpath.runtime.cluster import RuntimeClusterSpec
 from dualpath.sim.cost import CostModel
-from dualpath.sim.rates import HBM_NON_KV_FRACTION
-from dualpath.twin.calibration import Calibration, CalibrationOverheads
+from dualpath.twin.calibration import Calibration, CalibrationOverheads, Tick, de_hbm_bytes
 from dualpath.twin.calibration_fit import (
     DecodePoint,
     LineFit,
     PrefillPoint,
+    columns,
     fit_cost_coefficients,
     fit_line,
+    points,
 )
 from dualpath.twin.calibration_io import SizedTimes
-
-Tick = Callable[[str], None]
 
 # There is no PCIe hop on the CPU runtime: the "H2D" into the DE's KV cache is an in-memory copy that the
 # DRAM rate already covers, so PCIe is set far above every other link and never binds.
@@ -80,19 +79,10 @@ def measure(
     full_block = layers * layer_block
     request_layer = 1024 * row_bytes  # one layerwise transfer of a 1K-token request
     repeats = 3 if quick else 7
-    snic = io.measure_link(
-        cluster.snic_bytes_per_s, (layer_block, full_block, request_layer), repeats, tick, "snic"
-    )
-    cnic = io.measure_link(
-        cluster.cnic_bytes_per_s,
-        (layer_block, full_block, request_layer, 4 * request_layer),
-        repeats,
-        tick,
-        "cnic",
-    )
-    shm, notice_rtt = io.measure_shm_write(
-        (layer_block, full_block, request_layer, 4 * request_layer), repeats, tick
-    )
+    sizes = (layer_block, full_block, request_layer)
+    snic = io.measure_link(cluster.snic_bytes_per_s, sizes, repeats, tick, "snic")
+    cnic = io.measure_link(cluster.cnic_bytes_per_s, (*sizes, 4 * request_layer), repeats, tick, "cnic")
+    shm, notice_rtt = io.measure_shm_write((*sizes, 4 * request_layer), repeats, tick)
     control_rtt, control_cpu = io.measure_control_round_trip(repeats, tick)
     http = measure_http(_HTTP_PROMPT_TOKENS, 9 if quick else 25, tick)
     memcpy = io.measure_memcpy_bytes_per_s(64 * 2**20, repeats, tick)
@@ -114,16 +104,8 @@ def measure(
             "snic_bytes_per_s": cluster.snic_bytes_per_s,  # configured (the emulation's target)
             "cnic_bytes_per_s": cluster.cnic_bytes_per_s,
         },
-        "prefill_layer": {
-            "cached_tokens": [p.cached_tokens for p in prefill],
-            "new_tokens": [p.new_tokens for p in prefill],
-            "time_s": [p.time_s for p in prefill],
-        },
-        "decode_step": {
-            "batch_size": [p.batch_size for p in decode],
-            "context_tokens": [p.context_tokens for p in decode],
-            "time_s": [p.time_s for p in decode],
-        },
+        "prefill_layer": columns(PrefillPoint, prefill),
+        "decode_step": columns(DecodePoint, decode),
         "forward_head": {"new_tokens": [n for n, _ in head], "time_s": [t for _, t in head]},
         "weight_read_bytes_per_s": weight_read,
         "memcpy_bytes_per_s": memcpy,
@@ -148,24 +130,8 @@ def fit_measurements(
 ) -> Calibration:
     """A `Calibration` from raw measurements alone (what `calibrate` writes, or a refit of an old file)."""
     m = measurements
-    prefill = [
-        PrefillPoint(cached_tokens=int(c), new_tokens=int(n), time_s=float(t))
-        for c, n, t in zip(
-            m["prefill_layer"]["cached_tokens"],
-            m["prefill_layer"]["new_tokens"],
-            m["prefill_layer"]["time_s"],
-            strict=True,
-        )
-    ]
-    decode = [
-        DecodePoint(batch_size=int(b), context_tokens=int(c), time_s=float(t))
-        for b, c, t in zip(
-            m["decode_step"]["batch_size"],
-            m["decode_step"]["context_tokens"],
-            m["decode_step"]["time_s"],
-            strict=True,
-        )
-    ]
+    prefill = points(PrefillPoint, m["prefill_layer"])
+    decode = points(DecodePoint, m["decode_step"])
     coefficients, report, parameters = fit_cost_coefficients(
         model, prefill, decode, weight_read_bytes_per_s=float(m["weight_read_bytes_per_s"])
     )
@@ -248,16 +214,11 @@ def _hardware(
     storage: float,
 ) -> HardwareSpec:
     c = m["cluster"]
-    # The DE's "HBM" holds `hbm_tokens` of KV beside the weights, after the simulator's non-KV share
-    # (sim.rates.hbm_kv_tokens inverts this), so the simulated DE admits what the runtime's does.
-    hbm_bytes = (c["hbm_tokens"] * arch.kv_bytes_per_token(model) + arch.weight_bytes(model)) / (
-        1 - HBM_NON_KV_FRACTION
-    )
     gpu = GpuSpec(
         name="cpu-calibrated",
         peak_bf16_flops_per_s=bf16,  # fitted attention rate (the cost model's attention peak)
         peak_fp8_flops_per_s=linear,  # no FP8 on a CPU: the fitted linear rate
-        hbm_bytes=hbm_bytes,
+        hbm_bytes=de_hbm_bytes(model, int(c["hbm_tokens"])),
         hbm_bytes_per_s=float(m["weight_read_bytes_per_s"]),
     )
     hardware = HardwareSpec(
@@ -299,7 +260,9 @@ def calibrate(
 
     meta = {
         "machine": f"{platform.node()} {platform.machine()} {platform.processor() or platform.system()}".strip(),
-        "cpu_count": _cpu_count(),
+        "cpu_count": len(os.sched_getaffinity(0))
+        if hasattr(os, "sched_getaffinity")
+        else os.cpu_count() or 1,
         "python": platform.python_version(),
         "torch": torch.__version__,
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
@@ -348,12 +311,6 @@ def measure_in_situ(
             twin |= {key: f.get(key, 1.0) for key in EFFICIENCY_KEYS.values()}  # what it ran with
         out[mode] = {"measured_cpu_s": m, "charged_cpu_s": charged, "twin_engine_s": twin}
     return out
-
-
-def _cpu_count() -> int:
-    import os
-
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 def num_steps(quick: bool, runtime_modes: int = len(RUNTIME_MODES)) -> int:

@@ -1,21 +1,13 @@
-"""Calibration presets: the types and their file (docs/twin.md "The preset file"). A leaf of `twin`.
+"""Calibration presets: the types and their TOML file (docs/twin.md "The preset file"). A leaf of `twin`.
 
 `dualpath calibrate` measures and fits (`calibrate`), the twin's prediction reads (`predict`); both meet
-here, so neither imports the other. One TOML file:
-
-    [meta]          machine, date, torch threads, duration
-    [model]         preset = the cluster's model preset
-    [hardware]      a HardwareSpec table: a "GPU" = one engine, achieved NIC rates, memcpy DRAM rate
-    [cost]          CostCoefficients.to_dict()  ->  CostModel.from_dict(model, cost)
-    [overheads]     per-transfer and round-trip fixed times the cost model has no field for
-    [fit]           max / mean relative error of each fitted form against its own points
-    [measurements]  every raw point, so `fit_measurements` can refit without measuring again
-    [runtime_cpu]   in-situ CPU factors per mode (twin/calibration_runtime.py)
+here, so neither imports the other.
 """
 
 from __future__ import annotations
 
 import tomllib
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -25,10 +17,13 @@ from dualpath.config.loader import load_model
 from dualpath.config.specs import HardwareSpec, ModelSpec
 from dualpath.config.toml_write import dumps
 from dualpath.config.validate import validate
+from dualpath.model import arch
 from dualpath.sim.cost import CostModel
+from dualpath.sim.rates import HBM_NON_KV_FRACTION
 from dualpath.twin.calibration_fit import FitQuality
 
 CALIBRATION_FORMAT = 1
+Tick = Callable[[str], None]  # progress: called once per measured step with its name
 # Without an in-situ measurement the twin charges what the code-path measurements say: engines, scheduler
 # and client as measured alone, no CPU for the nodes' I/O threads.
 NO_FACTORS = {
@@ -39,6 +34,16 @@ NO_FACTORS = {
     "pe_efficiency": 1.0,
     "de_efficiency": 1.0,
 }
+
+
+def de_hbm_bytes(model: ModelSpec, hbm_tokens: int) -> float:
+    """The "HBM" of a runtime DE: `hbm_tokens` of KV beside the weights after the simulator's non-KV share
+    (`sim.rates.hbm_kv_tokens` inverts this), so the simulated DE admits what the runtime's does."""
+    return (hbm_tokens * arch.kv_bytes_per_token(model) + arch.weight_bytes(model)) / (
+        1 - HBM_NON_KV_FRACTION
+    )
+
+
 # A mode without a training run of its own takes the factors of the mode whose runtime path it shares.
 NEAREST_MODE = {"layerwise": "basic", "dualpath-rr": "dualpath"}
 

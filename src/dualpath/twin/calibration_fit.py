@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields, replace
+from typing import Any
 
 import numpy as np
 
@@ -68,6 +69,20 @@ class DecodePoint:
     batch_size: int
     context_tokens: int  # per sequence
     time_s: float  # one `decode_step` of the whole batch
+
+
+def columns(cls: type, rows: Sequence[Any]) -> dict[str, list[Any]]:
+    """Points (`PrefillPoint`, `DecodePoint`) as a [measurements] table: one list per field."""
+    return {f.name: [getattr(row, f.name) for row in rows] for f in fields(cls)}
+
+
+def points(cls: type, table: Mapping[str, Sequence[float]]) -> list[Any]:
+    """A [measurements] table back into points: token counts as ints, `time_s` as a float."""
+    names = [f.name for f in fields(cls)]
+    return [
+        cls(**{n: float(v) if n == "time_s" else int(v) for n, v in zip(names, row, strict=True)})
+        for row in zip(*(table[n] for n in names), strict=True)
+    ]
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import torch
 
-Tick = Callable[[str], None]
+from dualpath.twin.calibration import Tick
 
 # Items per forward: one request alone, and a small batch (the runtime's forwards hold 1 to a few items).
 ITEM_COUNTS = (1, 4)

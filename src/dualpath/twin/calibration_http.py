@@ -16,10 +16,10 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-Tick = Callable[[str], None]
+from dualpath.twin.calibration import Tick
 
 # The tiny model's vocabulary and context (config preset tiny-llama): the no-op backend validates the
 # prompt's ids against them as the scheduler's backend does.

@@ -21,8 +21,7 @@ import zmq
 from dualpath.kvcache import FileStore
 from dualpath.runtime.control import dealer, decode, encode
 from dualpath.transfer import RateLimiter, SharedMemoryBackend, TrafficClass
-
-Tick = Callable[[str], None]
+from dualpath.twin.calibration import Tick
 
 # FileStore capacity for the calibration directory: far above what is written, so nothing is evicted.
 _STORE_CAPACITY_BYTES = 1 << 40

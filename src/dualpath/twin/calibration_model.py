@@ -16,9 +16,8 @@ import torch
 
 from dualpath.runtime.model.paged_cache import PagedKVCache
 from dualpath.runtime.model.transformer import Transformer
+from dualpath.twin.calibration import Tick
 from dualpath.twin.calibration_fit import DecodePoint, PrefillPoint
-
-Tick = Callable[[str], None]
 
 
 @dataclass(frozen=True, kw_only=True)

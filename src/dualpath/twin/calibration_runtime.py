@@ -16,7 +16,7 @@ import asyncio
 import os
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,10 +24,8 @@ import httpx
 
 from dualpath.runtime.os_thread import ENGINE_THREAD_NAMES
 from dualpath.runtime.prom import parse_decode_restarts, parse_engine_work
-from dualpath.twin.calibration import NO_FACTORS
+from dualpath.twin.calibration import NO_FACTORS, Tick
 from dualpath.twin.host_load import clock_ticks_per_s, descendants, parse_stat
-
-Tick = Callable[[str], None]
 
 _REPORT_WAIT_S = 0.1  # a few node report intervals (runtime/node.py: 20 ms)
 # Never a validate default. Three replays per mode, pooled (sums of CPU, charged CPU and wall): one

@@ -24,8 +24,8 @@ from dualpath.sim.agents import Round
 from dualpath.sim.cost import CostModel
 from dualpath.sim.driver import SimConfig, SimOutcome, Simulation
 from dualpath.sim.host import HostSpec
-from dualpath.sim.rates import HBM_NON_KV_FRACTION, CoreRates
-from dualpath.twin.calibration import NO_FACTORS, Calibration, CalibrationOverheads
+from dualpath.sim.rates import CoreRates
+from dualpath.twin.calibration import NO_FACTORS, Calibration, CalibrationOverheads, de_hbm_bytes
 
 # What the runtime's PE measures at start-up for β and the §6.4 predictor (runtime/model_host.py):
 # a 256-token prompt alone, and the same 256 tokens over a 768-token cached prefix.
@@ -87,11 +87,6 @@ class RuntimeStepCosts:
         return blocks * self._o.store_read_op_s + cached * self._read_s_per_token
 
 
-def _runtime_default(cls: Any, name: str) -> Any:
-    """A runtime configuration field's default (the runtime's own number, not a copy of it)."""
-    return next(f.default for f in fields(cls) if f.name == name)
-
-
 def twin_simulation(
     config: SimConfig,
     trajectories: Sequence[Sequence[Round]],
@@ -115,7 +110,9 @@ def twin_simulation(
     o = overheads
     host = HostSpec(
         capacity_cores=max(_MIN_CAPACITY_CORES, host_cores - external_cores),
-        max_decode_run_steps=_runtime_default(DriverConfig, "max_decode_run_steps"),
+        max_decode_run_steps=next(
+            f.default for f in fields(DriverConfig) if f.name == "max_decode_run_steps"
+        ),
         background_cores=f["background_cores"],
         pe_efficiency=f["pe_efficiency"],
         de_efficiency=f["de_efficiency"],
@@ -139,29 +136,18 @@ def sim_hardware(spec: RuntimeClusterSpec, cal: Calibration) -> HardwareSpec:
     The calibration measured achieved NIC rates at its own cluster's configured rates; a cluster with
     other configured rates gets the same achieved/configured ratio (the limiter's efficiency).
     """
-    measured = cal.measurements.get("cluster", {})
-    hw = cal.hardware
-    snic = (
-        hw.snic_bytes_per_s
-        * spec.snic_bytes_per_s
-        / float(measured.get("snic_bytes_per_s", hw.snic_bytes_per_s))
-    )
-    cnic = (
-        hw.cnic_bytes_per_s
-        * spec.cnic_bytes_per_s
-        / float(measured.get("cnic_bytes_per_s", hw.cnic_bytes_per_s))
-    )
-    # The DE "HBM" holds hbm_tokens of KV beside the weights after the simulator's non-KV share.
-    hbm = (spec.hbm_tokens * arch.kv_bytes_per_token(cal.model) + arch.weight_bytes(cal.model)) / (
-        1 - HBM_NON_KV_FRACTION
-    )
+    measured, hw = cal.measurements.get("cluster", {}), cal.hardware
+
+    def achieved(key: str) -> float:  # this cluster's configured rate x the calibrated achieved/configured
+        return float(getattr(hw, key) * getattr(spec, key) / float(measured.get(key, getattr(hw, key))))
+
     return replace(
         hw,
         gpus_per_node=spec.engines_per_node,
-        snic_bytes_per_s=snic,
-        cnic_bytes_per_s=cnic,
+        snic_bytes_per_s=achieved("snic_bytes_per_s"),
+        cnic_bytes_per_s=achieved("cnic_bytes_per_s"),
         dram_buffer_bytes=float(spec.dram_buffer_bytes),
-        gpu=replace(hw.gpu, hbm_bytes=hbm),
+        gpu=replace(hw.gpu, hbm_bytes=de_hbm_bytes(cal.model, spec.hbm_tokens)),
     )
 
 

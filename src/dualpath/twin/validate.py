@@ -10,19 +10,18 @@ from __future__ import annotations
 import math
 import os
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from dualpath.runtime.bench import BenchOptions, make_plans
 from dualpath.runtime.cluster import RuntimeClusterSpec
-from dualpath.twin.calibration import Calibration
+from dualpath.twin.calibration import Calibration, Tick
 from dualpath.twin.host_load import HostLoadSampler
 from dualpath.twin.predict import predict, read_path_bytes
 
 COMPARED = ("jct_s", "ttft_mean_s", "ttft_p90_s", "tpot_mean_s", "throughput_tok_s")
-Progress = Callable[[str], None]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -132,7 +131,7 @@ def validate(
     *,
     config: str,
     settings: Sequence[str] = (),
-    progress: Progress = lambda _: None,
+    progress: Tick = lambda _: None,
     bars: bool = False,
     repeats: int = 1,
 ) -> dict[str, ModeResult]:
@@ -172,16 +171,9 @@ def validate(
     }
 
 
+_LAYOUT = ("name", "num_prefill_nodes", "num_decode_nodes", "engines_per_node", "block_tokens", "hbm_tokens",
+           "dram_buffer_bytes", "snic_bytes_per_s", "cnic_bytes_per_s", "read_path")  # fmt: skip
+
+
 def layout(spec: RuntimeClusterSpec) -> dict[str, Any]:
-    return {
-        "name": spec.name,
-        "num_prefill_nodes": spec.num_prefill_nodes,
-        "num_decode_nodes": spec.num_decode_nodes,
-        "engines_per_node": spec.engines_per_node,
-        "block_tokens": spec.block_tokens,
-        "hbm_tokens": spec.hbm_tokens,
-        "dram_buffer_bytes": spec.dram_buffer_bytes,
-        "snic_bytes_per_s": spec.snic_bytes_per_s,
-        "cnic_bytes_per_s": spec.cnic_bytes_per_s,
-        "read_path": spec.read_path,
-    }
+    return {key: getattr(spec, key) for key in _LAYOUT}
