@@ -23,6 +23,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         help="runtime: our serving runtime (default); vllm: a vLLM engine with DualPathConnector and 2 decode "
         "nodes' DE readers, basic vs dualpath (needs `make vllm`; docs/vllm.md; the other options do not apply)",
     )
+    parser.add_argument(
+        "--servers",
+        action="store_true",
+        help="with --engine vllm: 1 prefill + 2 decode `vllm serve` processes behind `dualpath route`, the "
+        "trace replayed as `dualpath bench` does (minutes on 2 cores)",
+    )
     parser.add_argument("--config", default="local-1p2d", help="cluster preset or TOML file")
     parser.add_argument("--agents", type=int, default=16, help="agents (default 16)")
     parser.add_argument("--rounds", type=int, default=5, help="rounds per agent (default 5)")
@@ -72,6 +78,19 @@ def run_vllm(args: argparse.Namespace) -> int:
 
     if importlib.util.find_spec("vllm") is None:
         raise UserError("--engine vllm needs the vLLM extra: make vllm (docs/vllm.md)")
+    if args.servers:
+        from dualpath.integrations.vllm.cluster_demo import (
+            ClusterDemoOptions,
+            format_cluster_summary,
+            run_cluster_demo,
+        )
+
+        if args.json:
+            print(json.dumps(run_cluster_demo(ClusterDemoOptions()), indent=2))
+        else:
+            say = lambda text: print(text, flush=True)  # noqa: E731
+            print(format_cluster_summary(run_cluster_demo(ClusterDemoOptions(), say=say)))
+        return 0
     if args.json:
         import os
 

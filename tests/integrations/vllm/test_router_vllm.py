@@ -5,14 +5,8 @@ paths, equal one vLLM engine without any connector (prefix caching off) on the s
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import json
 import os
 import random
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -43,6 +37,7 @@ from vllm.inputs import TokensPrompt  # noqa: E402
 
 from dualpath.integrations.vllm.de_service import DeReadService, make_snic  # noqa: E402
 from dualpath.integrations.vllm.router import Router, RouterConfig, make_app  # noqa: E402
+from dualpath.integrations.vllm.servers import vllm_server  # noqa: E402
 from dualpath.integrations.vllm.tiny_model import VOCAB, write_tiny_llama  # noqa: E402
 from dualpath.kvcache import FileStore  # noqa: E402
 
@@ -97,55 +92,6 @@ def reference(model_dir: Path) -> list[list[list[int]]]:
     finally:
         del llm
         cleanup_dist_env_and_memory()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@contextlib.contextmanager
-def vllm_server(model_dir: Path, kv_extra: dict[str, Any], log_path: Path) -> Iterator[str]:
-    """A `vllm serve` process with DualPathConnector; yields its base URL once /health answers."""
-    kv = {
-        "kv_connector": "DualPathConnector",
-        "kv_connector_module_path": "dualpath.integrations.vllm",
-        "kv_role": "kv_both",
-        "kv_load_failure_policy": "recompute",
-        "kv_connector_extra_config": kv_extra,
-    }
-    port = free_port()
-    # fmt: off
-    command = [
-        sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
-        "--skip-tokenizer-init", "--enforce-eager", "--no-enable-prefix-caching", "--dtype", "float32",
-        "--block-size", str(BLOCK_TOKENS), "--max-model-len", "1024", "--max-num-seqs", "4", "--seed", "0",
-        "--host", "127.0.0.1", "--port", str(port), "--kv-transfer-config", json.dumps(kv),
-    ]
-    # fmt: on
-    with log_path.open("w") as log:
-        proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
-        url = f"http://127.0.0.1:{port}"
-        try:
-            deadline = time.monotonic() + SERVER_START_S
-            while True:
-                assert proc.poll() is None, f"the vLLM server exited; see {log_path}"
-                try:
-                    if httpx.get(url + "/health", timeout=2).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                assert time.monotonic() < deadline, f"the vLLM server did not start in {SERVER_START_S} s"
-                time.sleep(1)
-            yield url
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
 
 
 @pytest.fixture(scope="module")

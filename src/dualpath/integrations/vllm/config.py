@@ -42,6 +42,8 @@ class ConnectorConfig:
     # Wait for each step's persisted blocks to reach the store before the step returns (deterministic hits
     # for tests and benchmarks; off, the writes run behind the next steps).
     persist_wait: bool = False
+    # Write this instance's SNIC counters (JSON) to this file twice a second (demos read them across processes).
+    stats_file: str = ""
     # Record hook timestamps (start/end of each layer's load and compute) for the overlap check.
     record_timeline: bool = False
 

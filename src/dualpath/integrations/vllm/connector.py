@@ -34,9 +34,11 @@ The read path of a request is `kv_transfer_params["dualpath"]["read_path"]` ("pe
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -152,6 +154,8 @@ class DualPathConnector(KVConnectorBase_V1):
         self._pd_unsent: set[str] = set()  # holds this worker cannot serve (no endpoint): freed at once
         self.timelines: list[StepTimeline] = []
         self.snic = make_snic(f"{self.config.endpoint or 'vllm'}.snic", self.config.snic_bytes_per_s)
+        if role == KVConnectorRole.WORKER and self.config.stats_file:
+            threading.Thread(target=self._write_stats, name="dualpath-stats", daemon=True).start()
         if role == KVConnectorRole.WORKER and self.config.de_serve_endpoint:
             # This instance is also a DE for others: it reads their hits through its own SNIC (paper §4.1).
             self._de_service = DeReadService(
@@ -163,6 +167,23 @@ class DualPathConnector(KVConnectorBase_V1):
                 host=self.config.listen_host,
                 port=_rank_port(self.config.de_serve_port, self.tp_rank),
             )
+
+    def _write_stats(self) -> None:
+        name = self.config.stats_file
+        path = Path(name if self.tp_size == 1 else f"{name}.tp{self.tp_rank}")
+        while True:
+            rx, tx = self.snic.rx.stats(), self.snic.tx.stats()
+            record = {
+                "rate_bytes_per_s": rx.rate_bytes_per_s,
+                "rx_bytes": rx.total_bytes,
+                "rx_busy_s": rx.busy_s,
+                "tx_bytes": tx.total_bytes,
+                "wall_s": rx.wall_s,
+            }
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(record))
+            tmp.replace(path)  # readers never see a half-written file
+            time.sleep(0.5)
 
     # ================================ scheduler side ================================================
     def get_num_new_matched_tokens(

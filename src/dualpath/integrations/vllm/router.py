@@ -126,7 +126,8 @@ class Router:
         self.placements.append(placement)
         job = f"pd-{next(self._jobs)}"
         pd_prefill = placement.kv_transfer_params
-        pd_prefill["dualpath"]["pd"] = {"role": "prefill", "job": job}  # type: ignore[assignment]
+        if max_tokens > 1:  # else the prefill instance answers alone and holds nothing
+            pd_prefill["dualpath"]["pd"] = {"role": "prefill", "job": job}  # type: ignore[assignment]
         first_body = {k: v for k, v in body.items() if k != "stream_options"} | {
             "prompt": ids,
             "max_tokens": 1,
