@@ -195,7 +195,7 @@ class RuntimeHost:
 
     def _enqueue_writes(self, node: int, blocks: int) -> float:
         """Oracle: queue `blocks` commits on the DE's commit pool; returns when the last one lands."""
-        now = self.s.sim.now_s
+        now: float = self.s.sim.now_s
         free = self._writer_free_s.setdefault(node, [0.0] * self.spec.commits_in_flight)
         landed_s = now
         for _ in range(blocks):

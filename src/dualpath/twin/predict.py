@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import fields, replace
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -110,8 +110,8 @@ def twin_simulation(
     o = overheads
     host = HostSpec(
         capacity_cores=max(_MIN_CAPACITY_CORES, host_cores - external_cores),
-        max_decode_run_steps=next(
-            f.default for f in fields(DriverConfig) if f.name == "max_decode_run_steps"
+        max_decode_run_steps=cast(
+            int, next(f.default for f in fields(DriverConfig) if f.name == "max_decode_run_steps")
         ),
         background_cores=f["background_cores"],
         pe_efficiency=f["pe_efficiency"],
