@@ -330,8 +330,9 @@ def render(result: dict[str, Any]) -> str:
         lines.append(f"{'':<9} evidence: {c['command']}")
     if result["saving"]:
         s = result["saving"]
+        nodes = "node" if s["nodes"] == 1 else "nodes"
         lines.append(
-            f"\nDualPath saves {s['nodes']} nodes ({s['gpus']} GPUs, {s['fraction']:.0%}) over basic"
+            f"\nDualPath saves {s['nodes']} {nodes} ({s['gpus']} GPUs, {s['fraction']:.0%}) over basic"
         )
     lines.append(f"{result['simulations']} simulations")
     return "\n".join(lines)
