@@ -97,6 +97,9 @@ def test_a_killed_node_loses_no_request_and_the_tokens_are_those_of_an_undisturb
             )
         if node == "d0":  # decoding at 1.2 s: some continued on d1 (a PE's work may all be done by then)
             assert sum(bool(r.json()["dualpath"].get("replans")) for r in got.values()) >= 1
+            metrics = httpx.get(f"{server.url}/metrics", timeout=5).text
+            assert 'dualpath_node_down_total{node="d0"} 1.0' in metrics
+            assert 'dualpath_node_up{node="d0"} 0.0' in metrics and "dualpath_requests_replanned_total" in metrics
         assert _complete(server.url, PROMPTS[0], 4).status_code == 200  # still serving
         assert server.process is not None and server.process.poll() is None
 

@@ -12,6 +12,8 @@ by request completions. Series:
     dualpath_lost_blocks_recomputed_total           blocks of planned hits that a read found corrupt or
                                                     missing (or that came after one): recomputed, rewritten
     dualpath_store_write_errors_total{node}         KV block writes that failed (ENOSPC, EIO, ...)
+    dualpath_node_up{node}, dualpath_node_down_total{node}   node failures (exit or silence) and re-joins
+    dualpath_requests_replanned_total               requests that continued elsewhere after a node failure
 """
 
 from __future__ import annotations
@@ -112,6 +114,22 @@ class ServeMetrics:
             ["node"],
             registry=self.registry,
         )
+
+        self.node_up = Gauge("dualpath_node_up", "1 while the node serves, 0 once marked down", ["node"],
+                             registry=self.registry)  # fmt: skip
+        self.node_down = Counter("dualpath_node_down", "Times the node was marked down (exit or silence)",
+                                 ["node"], registry=self.registry)  # fmt: skip
+        self.replanned = Counter("dualpath_requests_replanned",
+                                 "Requests that continued on other nodes after a node failure",
+                                 registry=self.registry)  # fmt: skip
+
+    def observe_node_state(self, node_id: str, *, up: bool) -> None:
+        self.node_up.labels(node_id).set(1.0 if up else 0.0)
+        if not up:
+            self.node_down.labels(node_id).inc()
+
+    def observe_replanned(self) -> None:
+        self.replanned.inc()
 
     def observe_node(self, node_id: str, stats: dict[str, float]) -> None:
         """A node report's cumulative counters (the node owns them; we mirror its latest values)."""

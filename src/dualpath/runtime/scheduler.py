@@ -218,6 +218,7 @@ class ClusterScheduler:
         )
         live.rid = rid
         live.replans += 1
+        self.metrics.observe_replanned()
         self.live[rid] = live
         return self._route(now, out)
 
@@ -228,13 +229,14 @@ class ClusterScheduler:
             return []
         print(f"dualpath serve: node {name} is down ({reason}); its requests continue elsewhere", flush=True)
         self.down.add(name)
+        self.metrics.observe_node_state(name, up=False)
         now = self.clock()
         out = self._route(now, self.driver.handle({"type": "node_down", "node": name}, now))
         return [*out, (name, {"type": "stop"})] + self.maybe_fetch()
 
     def check_heartbeats(self) -> list[tuple[str, Message]]:
-        """Nodes silent for HEARTBEAT_TIMEOUT_S are down."""
-        if self.driver is None:
+        """Nodes silent for HEARTBEAT_TIMEOUT_S are down (once serving began: a node reports from then on)."""
+        if not self.is_ready():
             return []
         now = self.clock()
         out: list[tuple[str, Message]] = []
@@ -385,8 +387,13 @@ class ClusterScheduler:
             return []
         peers = {"type": "peers", "peers": dict(sorted(self.addresses.items()))}
         out = [(n, peers) for n in self.nodes if n not in self.down or n == name]
+        if len(out) == len(self.expected):  # serving begins: nodes report from now on
+            self.last_report_s = dict.fromkeys(self.addresses, self.clock())
+            for node in self.addresses:
+                self.metrics.observe_node_state(node, up=True)
         if name in self.down and self.driver is not None:  # it joined again: placed on from now on
             self.down.discard(name)
+            self.metrics.observe_node_state(name, up=True)
             print(f"dualpath serve: node {name} joined again", flush=True)
             now = self.clock()
             out += self._route(now, self.driver.handle({"type": "node_up", "node": name}, now))
