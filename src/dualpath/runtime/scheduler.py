@@ -14,6 +14,7 @@ after each arrival) when the driver says one is due, plus a periodic tick (§6.1
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import secrets
@@ -695,6 +696,10 @@ async def serve_scheduler(
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)  # a failure is the reason returned above
+        # Nodes this process did not spawn (`dualpath node`, a re-join) stop with it too.
+        with contextlib.suppress(zmq.ZMQError):
+            await send_all(router, [(name, {"type": "stop"}) for name in scheduler.nodes])
+            router.setsockopt(zmq.LINGER, 500)  # let those few bytes leave (at most 0.5 s)
         router.close()
         context.term()
         scheduler.write_event_log()
