@@ -12,7 +12,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "node",
         help="start one prefill or decode node that joins a running scheduler",
         description="Start one node process (its engine, DRAM buffer, emulated SNIC and CNIC) and join the "
-        "scheduler at --scheduler. Use --tcp-host to serve KV over TCP when peers are on other hosts.",
+        "scheduler at --scheduler. Use --tcp-host to serve KV over TCP when peers are on other hosts. A node "
+        "that died (marked down by `serve`) joins a running scheduler again under its --name; the values "
+        "for --scheduler, --store, --config and --namespace are in the server's GET /health under `join`.",
     )
     add_node_arguments(parser)
     parser.set_defaults(func=run)
