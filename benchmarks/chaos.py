@@ -268,7 +268,11 @@ class Chaos:
 
 
 def _serve(store: Path, args: argparse.Namespace, log: Path) -> ServeProcess:
-    settings = [*FAST_LINKS, f"num_prefill_nodes={args.prefill_nodes}", f"num_decode_nodes={args.decode_nodes}"]
+    settings = [
+        *FAST_LINKS,
+        f"num_prefill_nodes={args.prefill_nodes}",
+        f"num_decode_nodes={args.decode_nodes}",
+    ]
     extra = tuple(a for s in settings + list(args.set) for a in ("--set", s))
     return ServeProcess(args.config, store_dir=store, extra_args=extra, start_timeout_s=300, log_path=log)
 
@@ -282,12 +286,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-tokens", type=int, default=12, help="tokens generated per round (greedy)")
     parser.add_argument("--kill-every", type=float, default=5.0, help="seconds between node kills")
     parser.add_argument("--corrupt-every", type=float, default=1.5, help="seconds between block corruptions")
-    parser.add_argument("--disk-full-every", type=float, default=25.0, help="seconds between disk-full spells")
+    parser.add_argument(
+        "--disk-full-every", type=float, default=25.0, help="seconds between disk-full spells"
+    )
     parser.add_argument("--disk-full-s", type=float, default=5.0, help="how long each disk-full spell lasts")
     parser.add_argument("--timeout", type=float, default=90.0, help="a request unanswered this long hangs")
     parser.add_argument("--prefill-nodes", type=int, default=2)
     parser.add_argument("--decode-nodes", type=int, default=2)
-    parser.add_argument("--config", default="local-1p2d", help="cluster preset or TOML (node counts set above)")
+    parser.add_argument(
+        "--config", default="local-1p2d", help="cluster preset or TOML (node counts set above)"
+    )
     parser.add_argument("--set", action="append", default=[], help="cluster field KEY=VALUE (repeatable)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", action="store_true")
@@ -307,7 +315,10 @@ def main(argv: list[str] | None = None) -> int:
         chaos_started = time.monotonic()
         with _serve(root / "store", args, root / "serve.log") as server:
             chaos = Chaos(server.url, root / "store", counts, args, root / "nodes.log")
-            workers = [threading.Thread(target=f, daemon=True) for f in (chaos.killer, chaos.corrupter, chaos.disk_filler)]
+            workers = [
+                threading.Thread(target=f, daemon=True)
+                for f in (chaos.killer, chaos.corrupter, chaos.disk_filler)
+            ]
             for w in workers:
                 w.start()
             agents_started = time.monotonic()
@@ -322,8 +333,12 @@ def main(argv: list[str] | None = None) -> int:
                 chaos.close()
         result = {
             **counts.summary(),
-            "reference": {"completed": reference_counts.completed, "sent": reference_counts.sent,
-                          "wall_s": round(reference_s, 1), "agents_s": round(reference_agents_s, 1)},  # fmt: skip
+            "reference": {
+                "completed": reference_counts.completed,
+                "sent": reference_counts.sent,
+                "wall_s": round(reference_s, 1),
+                "agents_s": round(reference_agents_s, 1),
+            },  # fmt: skip
             "chaos_wall_s": round(time.monotonic() - chaos_started, 1),
             "chaos_agents_s": round(chaos_agents_s, 1),
             "healthy_after": healthy,
@@ -350,7 +365,9 @@ def _healthy(url: str) -> bool:
 
 def _print(result: dict[str, Any]) -> None:
     print(f"chaos on {result['cluster']}, {result['workload']}")
-    print(f"  reference run: {result['reference']['completed']} requests completed in {result['reference']['wall_s']} s")
+    print(
+        f"  reference run: {result['reference']['completed']} requests completed in {result['reference']['wall_s']} s"
+    )
     print(f"    (agents {result['reference']['agents_s']} s)")
     print(f"  chaos run ({result['chaos_wall_s']} s, agents {result['chaos_agents_s']} s):")
     for key in ("sent", "completed", "failed", "lost", "hangs", "5xx", "mismatches", "replanned", "kills",

@@ -88,7 +88,9 @@ def test_a_killed_node_loses_no_request_and_the_tokens_are_those_of_an_undisturb
     with _serve(tmp_path / "ref", *extra) as server:
         reference = _all_at_once(server.url, 150)
     with _serve(tmp_path / "store", *extra) as server:
-        got = _all_at_once(server.url, 150, during=_kill_later(server.url, node, 1.2 if node == "d0" else 0.1))
+        got = _all_at_once(
+            server.url, 150, during=_kill_later(server.url, node, 1.2 if node == "d0" else 0.1)
+        )
         assert not _health(server.url)["nodes"][node]["up"]
         for i, response in got.items():
             assert response.status_code == 200, response.text
@@ -99,7 +101,10 @@ def test_a_killed_node_loses_no_request_and_the_tokens_are_those_of_an_undisturb
             assert sum(bool(r.json()["dualpath"].get("replans")) for r in got.values()) >= 1
             metrics = httpx.get(f"{server.url}/metrics", timeout=5).text
             assert 'dualpath_node_down_total{node="d0"} 1.0' in metrics
-            assert 'dualpath_node_up{node="d0"} 0.0' in metrics and "dualpath_requests_replanned_total" in metrics
+            assert (
+                'dualpath_node_up{node="d0"} 0.0' in metrics
+                and "dualpath_requests_replanned_total" in metrics
+            )
         assert _complete(server.url, PROMPTS[0], 4).status_code == 200  # still serving
         assert server.process is not None and server.process.poll() is None
 

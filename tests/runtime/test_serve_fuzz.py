@@ -63,7 +63,9 @@ def _fuzz_real_server(store: Path, requests: int) -> dict[int, int]:
 
             send()
             assert http.get("/health").json()["status"] == "ok"
-            assert http.post("/v1/completions", json={"prompt": [1, 2, 3], "max_tokens": 4}).status_code == 200
+            assert (
+                http.post("/v1/completions", json={"prompt": [1, 2, 3], "max_tokens": 4}).status_code == 200
+            )
         assert server.process is not None and server.process.poll() is None
     assert len(ports) == 1, ports  # one connection carried every request
     assert sum(statuses.values()) >= requests

@@ -75,7 +75,9 @@ def run(args: argparse.Namespace) -> int:
         summary, _ = run_bench(args.url, options, progress=not args.json)
     except httpx.TransportError as error:  # it answered at the start: it stopped, or dropped a request
         why = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
-        raise UserError(f"the server at {args.url} stopped answering during the run ({why}); see its log") from None
+        raise UserError(
+            f"the server at {args.url} stopped answering during the run ({why}); see its log"
+        ) from None
     except RuntimeError as error:
         raise UserError(str(error)) from None
     except (KeyError, ValueError, OSError) as error:
