@@ -374,7 +374,9 @@ class RuntimeDriver:
         out: Outgoing = [d for r in decision.replan for d in self._drops(r)]
         for request in decision.replan:
             live = self._live.pop(request.request_id)
-            out.append((CLIENT, {"type": "replan", "rid": request.request_id, "first_token": live.first_token}))
+            out.append(
+                (CLIENT, {"type": "replan", "rid": request.request_id, "first_token": live.first_token})
+            )
         for rid in [r for r, done in self._held.items() if self.core.node_of_engine(int(done["de"])) == node]:
             out.append((CLIENT, self._held.pop(rid)))  # oracle: its DE will not say `released`
         self._poked = True
