@@ -111,7 +111,7 @@ def twin_simulation(
     host = HostSpec(
         capacity_cores=max(_MIN_CAPACITY_CORES, host_cores - external_cores),
         max_decode_run_steps=cast(
-            int, next(f.default for f in fields(DriverConfig) if f.name == "max_decode_run_steps")
+            int, next(fld.default for fld in fields(DriverConfig) if fld.name == "max_decode_run_steps")
         ),
         background_cores=f["background_cores"],
         pe_efficiency=f["pe_efficiency"],
@@ -123,8 +123,7 @@ def twin_simulation(
         commits_in_flight=COMMITS_IN_FLIGHT,
         **{k: getattr(o, k) for k in _HOST_TERMS},  # the same names in both
     )
-    oracle = get_mode(config.mode).skip_io
-    costs = RuntimeStepCosts(config.cost_model, o, f, config.cluster, oracle=oracle)
+    costs = RuntimeStepCosts(config.cost_model, o, f, config.cluster, oracle=get_mode(config.mode).skip_io)
     starts = poisson_starts(len(trajectories), config.aps, np.random.default_rng([seed, 1]))
     config = replace(config, step_costs=costs, host=host, agent_starts_s=tuple(starts))
     return Simulation(config, trajectories, seed=seed)
