@@ -144,8 +144,10 @@ class DecodeExecutor:
         scatter_hits(self.links, staging, region, usable, start_tokens=start)
         self.links.dram.free(staging)
         with self._lock:
-            self._reading[rid] -= 1
-            dropped = rid in self._dropped and not self._reading[rid]
+            left = self._reading.pop(rid) - 1
+            if left:
+                self._reading[rid] = left
+            dropped = rid in self._dropped and not left
         if dropped:
             self._decode.put({"type": "release", "rid": rid})  # the drop waited for this read
             return

@@ -133,9 +133,11 @@ class PrefillExecutor:
         self.links.dram.free(staging)
         state.pe_rows = start + usable
         with self._lock:
-            self._reading[rid] = self._reading.get(rid, 1) - 1
+            left = self._reading.pop(rid, 1) - 1
+            if left:
+                self._reading[rid] = left
             dropped = rid in self._dropped
-            if dropped and not self._reading[rid]:
+            if dropped and not left:
                 self.requests.pop(rid, None)
         if dropped:
             if state.region is not None and self.requests.get(rid) is None:
