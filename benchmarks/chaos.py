@@ -49,7 +49,7 @@ from typing import Any
 import httpx
 
 from dualpath.runtime.launcher import ServeProcess, stop_process
-from dualpath.runtime.node import DISK_FULL_SWITCH
+from dualpath.runtime.node_links import DISK_FULL_SWITCH
 
 FAST_LINKS = ("snic_bytes_per_s=400MB/s", "cnic_bytes_per_s=3200MB/s")  # emulated, paced, quick
 _RETRIES = 20  # attempts per round before an agent gives up (never reached in a passing run)

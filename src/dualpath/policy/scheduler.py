@@ -84,7 +84,8 @@ class RequestScheduler:
         # would write something new.
         self._de_report_due: set[int] = set()
         self._rr_pe = 0
-        self.down_nodes: set[int] = set()  # nodes that died (`ClusterCore.on_node_down`): round robin skips them
+        # Nodes that died (`ClusterCore.on_node_down`): round robin skips them.
+        self.down_nodes: set[int] = set()
 
     # ---- intake -------------------------------------------------------------------------------
     def submit(self, request: Request) -> None:

@@ -36,7 +36,7 @@ from dualpath.runtime.control import Message
 from dualpath.runtime.dram import Region
 from dualpath.runtime.kvio import region_layer, scatter_hits, submit_hit_read, usable_hit_tokens
 from dualpath.runtime.model.paged_cache import PagedKVCache
-from dualpath.runtime.node import NodeLinks
+from dualpath.runtime.node_links import NodeLinks
 from dualpath.runtime.os_thread import EngineWork, name_os_thread
 from dualpath.runtime.sampling import SamplingParams, finish_reason, sample_next
 from dualpath.transfer import BlockWrite, WriteJob

@@ -22,7 +22,7 @@ from dualpath.runtime.model.kv_layout import layer_kv_from_buffer
 from dualpath.transfer import BlockRead, ReadJob, ReadResult
 
 if TYPE_CHECKING:
-    from dualpath.runtime.node import NodeLinks
+    from dualpath.runtime.node_links import NodeLinks
 
 
 def submit_hit_read(

@@ -33,7 +33,7 @@ from dualpath.runtime.control import Message
 from dualpath.runtime.dram import Region
 from dualpath.runtime.kvio import region_layer, scatter_hits, submit_hit_read, usable_hit_tokens
 from dualpath.runtime.model.kv_layout import layer_kv_to_bytes
-from dualpath.runtime.node import NodeLinks
+from dualpath.runtime.node_links import NodeLinks
 from dualpath.runtime.os_thread import EngineWork, name_os_thread
 from dualpath.runtime.prefill import run_pipeline
 from dualpath.runtime.sampling import SamplingParams, finish_reason, sample_next
