@@ -47,7 +47,7 @@ NATIVE_MODULES: tuple[str, ...] = (
     "dualpath.sim.links_fill",
     "dualpath.sim.links",
     "dualpath.sim.kernel",
-    "dualpath.model.arch",
+    "dualpath.architecture.arch",
     "dualpath.sim.cost_kernels",
     "dualpath.sim.cost",
     "dualpath.sim.rates",

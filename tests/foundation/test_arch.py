@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from dualpath.architecture import arch
 from dualpath.config.specs import ModelSpec
-from dualpath.model import arch
 
 
 def test_qwen25_32b_kv_is_4kib_per_layer_and_256kib_per_token(qwen: ModelSpec) -> None:

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from dualpath.architecture import arch
 from dualpath.config import loader
 from dualpath.config.coerce import ConfigError
-from dualpath.model import arch
 
 
 @pytest.mark.parametrize("name", loader.preset_names(loader.HARDWARE))

@@ -10,8 +10,8 @@ import pytest
 import torch
 from hf_folder_factory import BOS, CHAT_TEMPLATE, EOS, write_model_folder
 
+from dualpath.architecture.arch import kv_bytes_per_token_per_layer
 from dualpath.config.loader import load_model
-from dualpath.model.arch import kv_bytes_per_token_per_layer
 from dualpath.runtime.model import ByteTokenizer, ReferenceEngine, load_hf_folder, load_tokenizer
 from dualpath.runtime.model.config import config_from_hf
 from dualpath.runtime.model.tokenizer import ChatTemplateError, HfTokenizer

@@ -10,9 +10,9 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dualpath.architecture import arch
 from dualpath.config.loader import load_model
 from dualpath.config.specs import AttentionSpec, FfnSpec, ModelSpec
-from dualpath.model import arch
 from dualpath.runtime.model import ByteTokenizer, Transformer, TransformerConfig, config_from_model_spec
 
 

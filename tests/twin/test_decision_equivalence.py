@@ -104,7 +104,7 @@ def _trace() -> list[list[tuple[int, int]]]:
 def _driver_config(spec: RuntimeClusterSpec, mode: str) -> DriverConfig:
     cal = load_calibration(CALIBRATION)
     prefill_tokens_per_s, pair_s = runtime_predictor_terms(cal.cost_model)
-    from dualpath.model import arch
+    from dualpath.architecture import arch
 
     return DriverConfig(
         node_names=tuple(name for name, _ in spec.node_ids()),

@@ -101,7 +101,7 @@ def _kind_of(name: str) -> str:
 
 
 def _model_derived(m: Any) -> dict[str, float]:
-    from dualpath.model import arch
+    from dualpath.architecture import arch
 
     return {
         "kv_bytes_per_token_per_layer": arch.kv_bytes_per_token_per_layer(m),
@@ -118,7 +118,7 @@ def _render(item: dict[str, Any]) -> str:
     lines = [f"# {item['kind']} {item['name']}"]
     lines += _render_table(item["config"], prefix="")
     if item["derived"]:
-        lines.append("# derived from the architecture (dualpath.model.arch)")
+        lines.append("# derived from the architecture (dualpath.architecture.arch)")
         lines += _render_table(item["derived"], prefix="")
     return "\n".join(lines)
 

@@ -6,7 +6,7 @@ These are the project's shared vocabulary. Field names carry units (`_bytes`, `_
 (bytes, bytes/s, seconds, FLOP/s).
 
 Derived quantities (KV bytes per token, FLOPs per token) are *not* fields: they are computed from
-the architecture in `dualpath.model.arch`.
+the architecture in `dualpath.architecture.arch`.
 """
 
 from __future__ import annotations

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from dualpath.architecture import arch
 from dualpath.config.specs import ModelSpec
-from dualpath.model import arch
 
 TABLE1_APPEND_TOKENS = 429  # paper §3 / Table 1: 429-token append (the 64K trace's mean)
 TABLE1_CONTEXTS = {"16K": 16_000, "32K": 32_000, "48K": 48_000, "64K": 64_000}  # K = 1000, see above

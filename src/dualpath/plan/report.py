@@ -6,8 +6,8 @@ from fractions import Fraction
 from typing import Any
 
 from dualpath import units
+from dualpath.architecture import arch
 from dualpath.config.specs import HardwareSpec, ModelSpec
-from dualpath.model import arch
 from dualpath.plan.bounds import PdRange, pd_range
 from dualpath.plan.ratio import (
     PAPER_TABLE1,

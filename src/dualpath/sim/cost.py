@@ -26,8 +26,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from dualpath.architecture import arch
 from dualpath.config.specs import HardwareSpec, ModelSpec
-from dualpath.model import arch
 from dualpath.sim import cost_kernels as kern
 from dualpath.sim.cost_kernels import Curve
 

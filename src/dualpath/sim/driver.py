@@ -18,11 +18,11 @@ from typing import Protocol
 
 import numpy as np
 
+from dualpath.architecture import arch
 from dualpath.config.specs import ClusterSpec
 from dualpath.engine import commands as cmd
 from dualpath.engine.core import ClusterCore, CoreConfig
 from dualpath.engine.modes import get_mode
-from dualpath.model import arch
 from dualpath.policy.batching import AttentionTimeFn
 from dualpath.policy.decisions import Assignment, DecisionLog
 from dualpath.request import Request

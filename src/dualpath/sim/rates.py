@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from dualpath.architecture import arch
 from dualpath.config.specs import ClusterSpec, ModelSpec
-from dualpath.model import arch
 from dualpath.policy.batching import PrefillWork, pack_by_compute_quota
 from dualpath.sim.cost import CostModel
 

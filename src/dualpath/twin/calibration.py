@@ -12,12 +12,12 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from dualpath.architecture import arch
 from dualpath.config.coerce import ConfigError, build
 from dualpath.config.loader import load_model
 from dualpath.config.specs import HardwareSpec, ModelSpec
 from dualpath.config.toml_write import dumps
 from dualpath.config.validate import validate
-from dualpath.model import arch
 from dualpath.sim.cost import CostModel
 from dualpath.sim.rates import HBM_NON_KV_FRACTION
 from dualpath.twin.calibration_fit import FitQuality

@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from dualpath.architecture import arch
 from dualpath.config.specs import ModelSpec
-from dualpath.model import arch
 from dualpath.sim.cost import DECODE_CONTEXT_BUCKET_TOKENS, CostCoefficients, CostModel
 from dualpath.sim.cost_kernels import Curve
 

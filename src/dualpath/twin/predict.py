@@ -16,9 +16,9 @@ from typing import Any, cast
 
 import numpy as np
 
+from dualpath.architecture import arch
 from dualpath.config.specs import ClusterSpec, HardwareSpec, SchedulerSpec
 from dualpath.metrics.summary import summarize_latencies
-from dualpath.model import arch
 from dualpath.runtime.cluster import RuntimeClusterSpec
 from dualpath.sim.agents import Round
 from dualpath.sim.cost import CostModel

@@ -108,7 +108,7 @@ def config_from_model_spec(
     """The runtime config for a dense GQA `ModelSpec` preset (e.g. `tiny-llama`).
 
     `dtype` defaults to the spec's `kv_cache_format` ("fp32" -> float32), so the runtime's KV bytes per
-    token per layer equal `dualpath.model.arch.kv_bytes_per_token_per_layer(spec)`, the number the
+    token per layer equal `dualpath.architecture.arch.kv_bytes_per_token_per_layer(spec)`, the number the
     simulator and the planner use. `rope_theta` and `rms_eps` are not in a `ModelSpec`; Llama-2
     defaults apply.
     """
