@@ -4,7 +4,6 @@ self-contained HTML file (plots embedded as base64 PNG, so the file can be maile
 
 from __future__ import annotations
 
-import base64
 import html
 import json
 from collections.abc import Sequence
@@ -12,7 +11,7 @@ from pathlib import Path
 
 from dualpath.experiments.claims import CLAIMS_BY_KEY
 from dualpath.experiments.page_check import FIGURE_CHECK_SCRIPT
-from dualpath.experiments.section import Section, format_cell
+from dualpath.experiments.section import PAGE_STYLE, Section, section_html
 
 
 def claims_rows(sections: Sequence[Section]) -> list[list[object]]:
@@ -85,21 +84,13 @@ def write_report(out_dir: Path, sections: Sequence[Section], *, quick: bool, hea
 def _html(out_dir: Path, sections: Sequence[Section], *, quick: bool, header: str) -> str:
     parts = [
         "<!doctype html><meta charset='utf-8'><title>DualPath reproduce report</title>",
-        "<style>body{font-family:sans-serif;max-width:1100px;margin:auto}table{border-collapse:collapse}"
-        "td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}img{max-width:48%}</style>",
+        PAGE_STYLE,
         f"<h1>DualPath reproduce report{' (quick)' if quick else ''}</h1><p>{html.escape(header)}</p>",
     ]
     for section in sections:
         parts.append(
             f"<h2>{html.escape(section.title)} <small>({html.escape(section.paper_ref)})</small></h2>"
         )
-        parts.append("<table><tr>" + "".join(f"<th>{html.escape(c)}</th>" for c in section.columns) + "</tr>")
-        for row in section.rows:
-            parts.append("<tr>" + "".join(f"<td>{html.escape(format_cell(v))}</td>" for v in row) + "</tr>")
-        parts.append("</table>")
-        parts += [f"<p><i>note: {html.escape(n)}</i></p>" for n in section.notes]
-        for plot in section.plots:
-            data = base64.b64encode(plot.read_bytes()).decode()
-            parts.append(f"<img alt='{html.escape(plot.stem)}' src='data:image/png;base64,{data}'>")
+        parts += section_html(section)
     parts.append(FIGURE_CHECK_SCRIPT)  # the browser test's probe (page_check.py)
     return "\n".join(parts)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import html
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -43,3 +45,23 @@ def format_cell(value: object) -> str:
     if isinstance(value, float):
         return f"{value:.3g}" if abs(value) < 1000 else f"{value:,.0f}"
     return "—" if value is None else str(value)
+
+
+# The style both HTML reports (reproduce, sweep) share.
+PAGE_STYLE = (
+    "<style>body{font-family:sans-serif;max-width:1100px;margin:auto}table{border-collapse:collapse}"
+    "td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}img{max-width:48%}</style>"
+)
+
+
+def section_html(section: Section) -> list[str]:
+    """A section's table, notes and plots (inlined as PNG data, so the page stands alone), as HTML lines."""
+    parts = ["<table><tr>" + "".join(f"<th>{html.escape(c)}</th>" for c in section.columns) + "</tr>"]
+    for row in section.rows:
+        parts.append("<tr>" + "".join(f"<td>{html.escape(format_cell(v))}</td>" for v in row) + "</tr>")
+    parts.append("</table>")
+    parts += [f"<p><i>note: {html.escape(n)}</i></p>" for n in section.notes]
+    for plot in section.plots:
+        data = base64.b64encode(plot.read_bytes()).decode()
+        parts.append(f"<img alt='{html.escape(plot.stem)}' src='data:image/png;base64,{data}'>")
+    return parts

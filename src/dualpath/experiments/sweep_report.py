@@ -3,7 +3,6 @@ line per mode and other axis values), and a report page (Markdown, and HTML with
 
 from __future__ import annotations
 
-import base64
 import csv
 import html
 import json
@@ -16,7 +15,7 @@ from dualpath.experiments import plots
 from dualpath.experiments.page_check import FIGURE_CHECK_SCRIPT
 from dualpath.experiments.runner import RunOutcome
 from dualpath.experiments.scenarios import metric
-from dualpath.experiments.section import Section, format_cell
+from dualpath.experiments.section import PAGE_STYLE, Section, section_html
 from dualpath.experiments.sweep import Sweep, SweepRun
 
 # Seconds of wall clock: the only field of a simulate result that differs between two runs of one spec.
@@ -141,19 +140,11 @@ def _markdown(sweep: Sweep, section: Section, out_dir: Path, header: str) -> str
 def _html(sweep: Sweep, section: Section, header: str) -> str:
     parts = [
         f"<!doctype html><html lang='en'><meta charset='utf-8'><title>{html.escape(sweep.title)}</title>",
-        "<style>body{font-family:sans-serif;max-width:1100px;margin:auto}table{border-collapse:collapse}"
-        "td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}img{max-width:48%}</style>",
+        PAGE_STYLE,
         f"<h1>{html.escape(sweep.title)}</h1><p>{html.escape(header)}</p>",
     ]
     if sweep.about:
         parts.append(f"<p>{html.escape(sweep.about)}</p>")
-    parts.append("<table><tr>" + "".join(f"<th>{html.escape(c)}</th>" for c in section.columns) + "</tr>")
-    for row in section.rows:
-        parts.append("<tr>" + "".join(f"<td>{html.escape(format_cell(v))}</td>" for v in row) + "</tr>")
-    parts.append("</table>")
-    parts += [f"<p><i>note: {html.escape(n)}</i></p>" for n in section.notes]
-    for plot in section.plots:
-        data = base64.b64encode(plot.read_bytes()).decode()
-        parts.append(f"<img alt='{html.escape(plot.stem)}' src='data:image/png;base64,{data}'>")
+    parts += section_html(section)
     parts.append(FIGURE_CHECK_SCRIPT)
     return "\n".join(parts) + "\n"
