@@ -19,22 +19,9 @@ from typing import Any
 
 import pytest
 
-for _name, _value in {
-    "VLLM_ENABLE_V1_MULTIPROCESSING": "0",  # the engine in this process: starts in seconds, hooks inspectable
-    "VLLM_CPU_KVCACHE_SPACE": "1",  # GiB
-    "HF_HUB_OFFLINE": "1",
-}.items():
-    os.environ.setdefault(_name, _value)
+from .engine_gate import require_vllm_engine
 
-vllm = pytest.importorskip(
-    "vllm", reason="the vLLM extra is not installed (make vllm / pip install 'dualpath[vllm]')"
-)
-if os.environ.get("DUALPATH_VLLM_TESTS") != "1":
-    pytest.skip(
-        "vLLM engine tests run in `make test-vllm` (DUALPATH_VLLM_TESTS=1), in their own process: "
-        "vLLM binds the threads and memory policy of the process it runs in",
-        allow_module_level=True,
-    )
+require_vllm_engine()
 
 from vllm import LLM, SamplingParams  # noqa: E402
 from vllm.config import KVTransferConfig  # noqa: E402
