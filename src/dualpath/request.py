@@ -51,6 +51,12 @@ _FIELDS = (
 )
 
 
+def usable_hit_tokens(persisted_tokens: int, prompt_tokens: int, block_tokens: int) -> int:
+    """The hit a round gets from its prompt's persisted prefix: whole Full Blocks only, leaving at least
+    one prompt token to compute (the PE's last forward yields token 1)."""
+    return min(persisted_tokens // block_tokens, (prompt_tokens - 1) // block_tokens) * block_tokens
+
+
 class Request:
     """One round of one agent as the core tracks it; the fields are listed in `_FIELDS`.
 

@@ -121,9 +121,11 @@ def drive(
             todo += core.fetch(0.0)
             running = False
             for n in core.de_nodes:
-                if core.decode_merge(n):
+                steps = core.start_decode_run(n)
+                if steps:
                     running = True
-                    todo += core.advance_decode(n, core.decode_steps_to_next_event(n), 0.0)
+                    steps = min(steps, core.de_nodes[n].steps_to_next_event())
+                    todo += core.advance_decode(n, steps, 0.0)
             if not todo and not running:
                 break
             continue

@@ -86,8 +86,7 @@ def test_second_token_milestone_is_back_dated_by_the_steps_run_past_it() -> None
         elif isinstance(c, cmd.StartPersist):
             todo += core.on_persist_done(c.request.request_id, c.from_hbm, 0.0)
         elif isinstance(c, cmd.DecodeChanged):
-            core.decode_merge(c.node_id)
-            steps = core.decode_steps_to_next_batch_change(c.node_id)
+            steps = core.start_decode_run(c.node_id)
             todo += core.advance_decode(c.node_id, steps, 1.0)
         elif isinstance(c, cmd.TokenMilestone):
             milestones.append(c)

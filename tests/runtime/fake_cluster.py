@@ -104,8 +104,6 @@ class FakeCluster:
             elif kind == "persist":
                 event = {"type": "persist_done", "node": dest, "rid": m["rid"], "from_hbm": m["from_hbm"]}
                 self.at(t + m["tokens"] * kv / 4e6, event)
-            elif kind == "release" and "persist_end_tokens" in m:  # oracle: unpaced prompt-block write
-                self.at(t, {"type": "released", "node": dest, "rid": m["rid"]})
             elif kind == "decode_step":
                 self._run_end(dest, {"start": t, "message": m}, int(m["steps"]))
             elif kind == "decode_cut":

@@ -39,7 +39,8 @@ def test_every_request_finishes_with_its_tokens(mode: str) -> None:
     assert sorted(a.request_id for a in driver.log.assignments) == sorted(want)
     kinds = {m["type"] for _, dest, m in cluster.sent}
     if mode == "oracle":
-        assert not kinds & {"read", "h2d", "persist"}  # §7.1: every transfer skipped in time
+        # §7.1: reads, H2D and PD transfers skipped in time; persists are the core's, unpaced on the node
+        assert not kinds & {"read", "h2d"} and "persist" in kinds
     else:
         assert {"read", "h2d", "persist"} <= kinds
 
@@ -117,8 +118,12 @@ def test_corrupt_read_shrinks_the_usable_hit_in_the_step() -> None:
     _workload(cluster, n=3)
     cluster.run()
     items = [i for _, _, m in cluster.sent if m["type"] == "step" for i in m["items"] if i["rid"] == 1]
-    assert items and all(i["hit_tokens"] == 32 and i["usable_hit_tokens"] == 16 for i in items)
+    # The core shrank the hit (`on_read_done(..., usable_tokens)`): the first chunk computes from 16.
+    assert items and all(i["hit_tokens"] == 16 and i["usable_hit_tokens"] == 16 for i in items)
+    assert items[0]["cached_tokens"] == 16 and items[0]["load_pe_tokens"] == 16
     assert cluster.done[1]["effective_hit_tokens"] == 16 and cluster.done[1]["hit_tokens"] == 32
+    persists = [m for _, _, m in cluster.sent if m["type"] == "persist" and m["rid"] == 1]
+    assert persists[0]["start_tokens"] == 16  # the lost block is written again
 
 
 def test_fetch_only_when_something_waits() -> None:
@@ -148,18 +153,21 @@ def test_replay_of_the_event_log_reproduces_messages_and_decisions(mode: str) ->
     assert any(isinstance(e, BatchDecision) for e in replayed.log.entries)
 
 
-def test_oracle_writes_the_prompt_blocks_of_a_request_that_never_decodes() -> None:
-    """§7.1 Oracle = DualPath with I/O time skipped, not less work: a 1-token round's prompt blocks are
-    written by its DE (release carries the range) and the client hears `done` only after `released`."""
+def test_oracle_persists_through_the_cores_commands() -> None:
+    """§7.1 Oracle = DualPath with I/O time skipped, not less work: the core sends the same persists as
+    in DualPath (a 1-token round's prompt blocks from DRAM, a decoding round's filled blocks from HBM),
+    and the client hears `done` only after their `persist_done`."""
     driver = RuntimeDriver(small_config("oracle"))
     cluster = FakeCluster(driver)
     cluster.submit_at(0.0, list(range(70)), 16, 1)  # blocks [16, 64) are new; 6 tokens of a partial block
-    cluster.submit_at(0.0, list(range(100, 150)), 0, 3)  # decodes: its DE writes blocks as they fill
+    cluster.submit_at(0.0, list(range(100, 150)), 0, 20)  # decodes past 64 tokens: one block from HBM
     cluster.run()
-    releases = {m["rid"]: m for _, _, m in cluster.sent if m["type"] == "release"}
-    assert releases[0]["persist_start_tokens"] == 16 and releases[0]["persist_end_tokens"] == 64
-    assert "persist_end_tokens" not in releases[1]
-    kinds = [(m["type"], m["rid"]) for _, _, m in cluster.sent if m["type"] in ("release", "done")]
-    assert kinds.index(("release", 0)) < kinds.index(("done", 0))  # done only once the write landed
-    assert [e["rid"] for _, e in driver.event_log if e["type"] == "released"] == [0]
-    assert sorted(cluster.done) == [0, 1]
+    persists = [(m["rid"], m["start_tokens"], m["end_tokens"], m["from_hbm"])
+                for _, _, m in cluster.sent if m["type"] == "persist"]  # fmt: skip
+    assert persists == [(0, 16, 64, False), (1, 0, 48, False), (1, 48, 64, True)]
+    assert not any(m["type"] == "h2d" or m["type"] == "read" for _, _, m in cluster.sent)
+    for rid in (0, 1):
+        landed = max(t for t, e in driver.event_log if e["type"] == "persist_done" and e["rid"] == rid)
+        assert cluster.done[rid]["times_s"]["finished"] >= landed - 0.0  # done only once written
+    kinds = [(m["type"], m["rid"]) for _, _, m in cluster.sent if m["type"] in ("persist", "done")]
+    assert kinds.index(("persist", 0)) < kinds.index(("done", 0))

@@ -16,7 +16,7 @@ TRAJECTORIES = [t[:4] for t in load_trajectories("64k", 4, 1)]
 def _config(mode: str, **host: float) -> SimConfig:
     cluster = load_cluster(hardware="hopper-8x400g", model="ds-27b", num_prefill_nodes=1, num_decode_nodes=1,
                            overrides=["hardware.gpus_per_node=1"])  # fmt: skip
-    spec = HostSpec(capacity_cores=float(host.pop("capacity_cores", 64.0)), max_decode_run_steps=8, **host)
+    spec = HostSpec(capacity_cores=float(host.pop("capacity_cores", 64.0)), **host)
     return SimConfig(cluster=cluster, mode=mode, host=spec)
 
 

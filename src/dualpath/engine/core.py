@@ -72,6 +72,9 @@ class CoreConfig:
     read_path: str | None = None  # overrides mode.read_path
     max_inflight_reads: int = DEFAULT_MAX_INFLIGHT_READS
     max_batch_new_tokens: int = DEFAULT_MAX_BATCH_NEW_TOKENS
+    # A decode run is at most this many steps (`start_decode_run`); None: up to the next last token.
+    # A driver that reports tokens only at a run's end bounds how late they come out with it.
+    max_decode_run_steps: int | None = None
 
 
 _ABANDONABLE = (Phase.QUEUED, Phase.ASSIGNED, Phase.READING, Phase.READY)
@@ -126,6 +129,7 @@ class ClusterCore:
         self._active: dict[int, Request] = {}  # submitted and not yet forgotten
         self._early_ends: dict[int, int] = {}  # request -> output tokens, ended before its DE placement
         self._fetches = 0
+        self._fetch_wanted = False  # `wants_fetch`
         self.down: set[int] = set()  # nodes marked down (`on_node_down`) until they join again
         self.scheduler = RequestScheduler(
             pe_nodes={n: [e.engine_id for e in node.engines] for n, node in self.pe_nodes.items()},
@@ -147,9 +151,20 @@ class ClusterCore:
         return self.de_nodes[self.node_of_engine(engine_id)].engine(engine_id)
 
     # ---- intake and fetches --------------------------------------------------------------------
+    @property
+    def wants_fetch(self) -> bool:
+        """When the group leaders should fetch (§6.1 says "periodically"; fetching on change sees the same
+        state without idle polls): something that can unblock a placement changed since the last fetch and
+        requests wait. The changes: a round arrived, a PE step finished (tok_e fell), DE HBM was freed (a
+        last token, an early end, a placement given back), a request left, a node went down or came up.
+        A finished read needs none: read queues only steer a placement, and every fetch takes fresh
+        reports. Drivers call `fetch` once at the end of the instant in which this became true."""
+        return self._fetch_wanted and self.scheduler.waiting > 0
+
     def submit(self, request: Request, now_s: float) -> list[Command]:
         self._active[request.request_id] = request
         self.scheduler.submit(request)
+        self._fetch_wanted = True
         return []
 
     def fetch(self, now_s: float) -> list[Command]:
@@ -180,6 +195,7 @@ class ClusterCore:
             pnode = self.pe_nodes[node_id]
             for a in self.scheduler.fetch_pe_group(pnode.node_id, self._pe_loads(pnode)):
                 out += self._on_assigned(a)
+        self._fetch_wanted = False
         return out
 
     def _fetch_de_group(self, node: DecodeNode) -> bool:
@@ -318,13 +334,22 @@ class ClusterCore:
             out.append(StartRead(node_id=node_id, request=request, tokens=part.tokens))
         return out
 
-    def on_read_done(self, node_id: int, request_id: int, now_s: float) -> list[Command]:
+    def on_read_done(
+        self, node_id: int, request_id: int, now_s: float, usable_tokens: int | None = None
+    ) -> list[Command]:
+        """A `StartRead` finished. `usable_tokens` < the part's tokens: the read found a block of its
+        range corrupt or missing (DESIGN §4 "faults"; a simulated store loses nothing): the request's hit
+        ends there (`_shrink_hit`)."""
         if request_id not in self._active:
             return []  # re-planned while it read (`on_node_down`, `abandon`): its part was dropped then
-        self.readers[node_id].finish(request_id)
+        part_tokens = self.readers[node_id].finish(request_id).tokens
         self.scheduler.mark_de_report_due(node_id)
         request = self._active[request_id]
         request.parts_reading -= 1
+        if usable_tokens is not None and usable_tokens < part_tokens:
+            assert request.pe_engine is not None
+            start = 0 if node_id == self.node_of_engine(request.pe_engine) else request.pe_read_tokens
+            self._shrink_hit(request, start + max(0, usable_tokens))
         # A finished read frees a slot of the node's queue depth: the next queued read starts now.
         out = self._admit(node_id)
         if request.parts_reading:
@@ -336,15 +361,21 @@ class ClusterCore:
         self._landing_wait[de_node].append(request)
         return out + self._admit(de_node)
 
-    def on_hit_lost(self, request_id: int, usable_hit_tokens: int) -> None:
-        """A read found a block of the request's hit corrupt or missing (DESIGN §4 "faults"): its prefix
-        from `usable_hit_tokens` on is recomputed (the PE's first chunk starts there) and the prompt's
-        persist starts there too, so the lost blocks are written again. The runtime calls this after
-        `on_read_done`'s read reported it, before the request's KV goes to decode; the simulated store
-        loses nothing."""
-        request = self._active[request_id]
+    def _shrink_hit(self, request: Request, usable_hit_tokens: int) -> None:
+        """The request's hit is only its first `usable_hit_tokens` (whole blocks): the rest is computed
+        (its PE's first chunk starts there, and the §6.4 quota and β count those tokens: its engine's
+        compute_tok grows) and persisted again (the prompt's persist starts there too). It is before its
+        prefill: both of its reads finish before it is ready."""
         block = self.config.scheduler.block_tokens
-        request.persisted_tokens = min(request.persisted_tokens, usable_hit_tokens // block * block)
+        hit = min(request.hit_tokens, usable_hit_tokens // block * block)
+        if hit >= request.hit_tokens:
+            return
+        assert request.pe_engine is not None and request.computed_tokens == 0
+        pe = self._pe[request.pe_engine]
+        pe.grow_miss(request.hit_tokens - hit)
+        self._note_compute_tok(self.pe_nodes[pe.node_id])
+        request.hit_tokens = hit
+        request.persisted_tokens = min(request.persisted_tokens, hit)
 
     def _make_ready(self, request: Request) -> list[Command]:
         assert request.pe_engine is not None
@@ -424,6 +455,7 @@ class ClusterCore:
                     out += self._admit(node_id)
         if finished:
             self._note_compute_tok(node)
+        self._fetch_wanted = True  # its engines' tok_e fell
         node.busy = False
         node.running = ()
         node.awaiting_out[step_id] = tuple(finished)
@@ -446,8 +478,9 @@ class ClusterCore:
         new_blocks = prompt_blocks_end - request.persisted_tokens
         request.persisted_tokens = max(request.persisted_tokens, prompt_blocks_end)
         holds = 0
-        if new_blocks > 0 and not self.mode.skip_io:
-            holds += 1
+        if new_blocks > 0:
+            # Oracle too (§7.1: the same work, its I/O taking no time): the next round's hit needs them.
+            holds += 0 if self.mode.skip_io else 1
             self._persists[request.request_id] = self._persists.get(request.request_id, 0) + 1
             out.append(
                 StartPersist(de_engine=request.de_engine, request=request, tokens=new_blocks, from_hbm=False)
@@ -487,30 +520,45 @@ class ClusterCore:
         self._maybe_forget(request)
         return self._admit(de_node)
 
-    def decode_merge(self, node_id: int) -> bool:
-        return self.de_nodes[node_id].merge_joiners()
+    def start_decode_run(self, node_id: int) -> int:
+        """At a step boundary with no run in flight (`DecodeChanged`, or a run's end): joiners enter the
+        continuous batch, and the next run's length in steps (0: nothing runs). A run goes up to the next
+        last token (the batch changes there; second tokens and filled blocks before it come out of
+        `advance_decode` late, their milestones back-dated by `TokenMilestone.steps_before_now`), at most
+        `max_decode_run_steps`, and is cut at a step boundary when a joiner waits (`decode_cut_wanted`)."""
+        node = self.de_nodes[node_id]
+        assert not node.run_steps, f"DE node {node_id} has a run in flight"
+        if not node.merge_joiners():
+            return 0
+        steps = node.steps_to_next_batch_change()
+        cap = self.config.max_decode_run_steps
+        node.run_steps = steps if cap is None else min(steps, cap)
+        return node.run_steps
+
+    def decode_cut_wanted(self, node_id: int) -> bool:
+        """A run is in flight and requests wait to join: it ends at its next step boundary, where they
+        merge (a `DecodeChanged` while it runs asks this)."""
+        node = self.de_nodes[node_id]
+        return bool(node.run_steps and node.joining)
 
     def decode_shape(self, node_id: int) -> tuple[tuple[int, int], ...]:
+        """Per DE engine (batch size, Σ context tokens): the cost of the run's next step."""
         return self.de_nodes[node_id].shape()
 
-    def decode_steps_to_next_event(self, node_id: int) -> int:
-        return self.de_nodes[node_id].steps_to_next_event()
-
-    def decode_steps_to_next_batch_change(self, node_id: int) -> int:
-        """Steps until a last token; tokens of interest before it come out of `advance_decode` late,
-        their milestones back-dated (`TokenMilestone.steps_before_now`), their persists started then."""
-        return self.de_nodes[node_id].steps_to_next_batch_change()
-
     def advance_decode(self, node_id: int, steps: int, now_s: float) -> list[Command]:
+        """The run in flight ended after `steps` steps (all it was given, or fewer: cut for a joiner,
+        or the runtime's single steps); call `start_decode_run` for the next."""
         out: list[Command] = []
         node = self.de_nodes[node_id]
+        assert 1 <= steps <= node.run_steps, (node_id, steps, node.run_steps)
+        node.run_steps = 0
         for ev in node.advance(steps):
             request = ev.request
             assert request.de_engine is not None
             if ev.second_token:
                 ago = node.steps_done - ev.step
                 out.append(TokenMilestone(request=request, token_index=2, steps_before_now=ago))
-            if ev.persist_tokens and not self.mode.skip_io:
+            if ev.persist_tokens:
                 self._persists[request.request_id] = self._persists.get(request.request_id, 0) + 1
                 out.append(
                     StartPersist(
@@ -559,6 +607,7 @@ class ClusterCore:
         request.gen_tokens = generated_tokens
         node.shorten(request)
         self.scheduler.note_de_freed(e.node_id)
+        self._fetch_wanted = True
 
     def _finish(self, request: Request) -> list[Command]:
         """Last token out: free the DE's HBM reservation; done once its blocks are persisted."""
@@ -567,6 +616,7 @@ class ClusterCore:
         self.de_nodes[e.node_id].release(e, request.total_tokens)
         e.seq -= 1
         self.scheduler.note_de_freed(e.node_id)
+        self._fetch_wanted = True
         request.phase = Phase.DONE
         if self._persists.get(request.request_id, 0):
             return []
@@ -589,7 +639,7 @@ class ClusterCore:
         request = self._active[request_id]
         self._persists[request_id] -= 1
         out: list[Command] = []
-        if not from_hbm:
+        if not from_hbm and not self.mode.skip_io:  # oracle: no DE buffer holds the prompt
             self._dram_holds[request_id] -= 1
             out += self._maybe_release_dram(request)
         if request.phase is Phase.DONE and not self._persists[request_id]:
@@ -608,6 +658,7 @@ class ClusterCore:
         in its private queue go back to the global queue."""
         self.down.add(node_id)
         self.scheduler.down_nodes.add(node_id)
+        self._fetch_wanted = True
         out: list[Command] = []
         replan: list[Request] = []
         for request in list(self._active.values()):
@@ -632,6 +683,7 @@ class ClusterCore:
         """A node (re)joined with nothing in flight: it is placed on again, from a clean slate."""
         self.down.discard(node_id)
         self.scheduler.down_nodes.discard(node_id)
+        self._fetch_wanted = True
         self._reset_node(node_id)
         if node_id in self.de_nodes:
             self.scheduler.note_de_group(node_id, read_q_tokens=0, tok=0)
@@ -669,6 +721,7 @@ class ClusterCore:
         what the freed space lets start on the nodes that are up."""
         rid = request.request_id
         self._active.pop(rid, None)
+        self._fetch_wanted = True  # what it held (tok_e, HBM, queue places) is free
         for books in (self._early_ends, self._persists, self._dram_holds):
             books.pop(rid, None)
         if request.phase is Phase.QUEUED:
@@ -710,6 +763,7 @@ class ClusterCore:
         node.release(e, request.total_tokens)
         e.seq -= 1
         self.scheduler.note_de_freed(e.node_id)
+        self._fetch_wanted = True
         return []
 
     def _requeue(self, request: Request) -> list[Command]:

@@ -65,6 +65,7 @@ class DecodeNode:
     steps_done: int = 0
     reserved_tokens: int = 0  # Σ of its engines' reserved_tokens: the group's Σ tok_e, O(1) per fetch
     joining: list[Request] = field(default_factory=list)
+    run_steps: int = 0  # steps of the decode run in flight (`ClusterCore.start_decode_run`); 0: none
     # Calendar of next events (module NOTE): step -> [(id, request)], and a heap of those steps.
     _events: dict[int, list[tuple[int, Request]]] = field(default_factory=dict)
     _event_steps: list[int] = field(default_factory=list)

@@ -28,6 +28,10 @@ class PrefillEngine:
         self.tok += request.prompt_tokens
         self.compute_tok += request.miss_tokens
 
+    def grow_miss(self, tokens: int) -> None:
+        """An assigned request's hit shrank by `tokens` (a lost block): it computes them too."""
+        self.compute_tok += tokens
+
     def finish(self, request: Request) -> None:
         self.seq -= 1
         self.tok -= request.prompt_tokens
@@ -56,13 +60,16 @@ def step_item(request: Request, pe_engine: int, cached_tokens: int, new_tokens: 
     chunks' KV, which by then lives in the DE buffer; out = the new KV only.
     """
     first = request.computed_tokens == 0
+    # A hit that shrank after its reads (a lost block) loads only its usable rows.
+    pe_hit = min(request.pe_read_tokens, request.hit_tokens)
+    de_hit = min(request.de_read_tokens, request.hit_tokens - pe_hit)
     return StepItem(
         request=request,
         pe_engine=pe_engine,
         cached_tokens=cached_tokens,
         new_tokens=new_tokens,
-        load_pe_tokens=request.pe_read_tokens,
-        load_de_tokens=request.de_read_tokens + request.computed_tokens,
-        out_tokens=new_tokens + (request.pe_read_tokens if first else 0),
+        load_pe_tokens=pe_hit,
+        load_de_tokens=de_hit + request.computed_tokens,
+        out_tokens=new_tokens + (pe_hit if first else 0),
         completes_prefill=new_tokens >= request.remaining_prefill_tokens,
     )

@@ -16,8 +16,10 @@ the bytes and computes:
                short at a step boundary by `decode_cut`); the run's tokens back in one `decode_done`.
                Each token is drawn here (`sample_next`); a request whose token is an EOS or stop token
                (or that `decode_stop` cancelled) leaves the batch at once, reported as `finished`
-    release    the request is done: free its cache pages (oracle, no decode step: first write the
-               prompt's new blocks, unpaced, and say `released`)
+    release    the request is done (its persists landed): free its cache pages
+
+In `oracle` mode the node's links are unpaced (`node_links`): a `decode_step` joiner's KV goes from its
+landing region into the cache without an `h2d` command, and `persist` commands write at once.
 """
 
 from __future__ import annotations
@@ -53,8 +55,6 @@ class _DeRequest:
     h2d_done: bool = False
     dram_persists: int = 0  # prompt-block persists still reading the landing region
     released: bool = False
-    persisted_tokens: int = 0  # oracle only: whole blocks this node wrote without persist commands
-    writes: list[Future[int]] = field(default_factory=list)  # oracle only: its last token waits for them
     # Set when it joins a decode batch: how it draws and when it stops (`runtime.sampling`).
     prompt_tokens: int = 0
     max_tokens: int = 0
@@ -126,8 +126,6 @@ class DecodeExecutor:
         elif kind == "decode_stop":
             with self._lock:
                 self._stopped.add(int(message["rid"]))
-        elif kind == "release" and "persist_end_tokens" in message:
-            self._persist.submit(self._persist_then_release, message)
         elif kind in ("decode_step", "release"):
             self._decode.put(message)  # in step order: a release never frees pages a step still reads
 
@@ -245,7 +243,7 @@ class DecodeExecutor:
         if not from_hbm:
             state.landed.wait()
         start, end = int(message["start_tokens"]), int(message["end_tokens"])
-        future = self._write_blocks(state, start, end, from_hbm=from_hbm, wait=False)
+        future = self._write_blocks(state, start, end, from_hbm=from_hbm)
 
         def persisted(_: object = None) -> None:
             if not from_hbm:
@@ -259,9 +257,9 @@ class DecodeExecutor:
         else:
             future.add_done_callback(persisted)
 
-    def _write_blocks(
-        self, state: _DeRequest, start: int, end: int, *, from_hbm: bool, wait: bool = True
-    ) -> Future[int] | None:
+    def _write_blocks(self, state: _DeRequest, start: int, end: int, *, from_hbm: bool) -> Future[int] | None:
+        """Hand whole blocks [start, end) to the writer; its future gives the bytes once all are durable
+        (a failed write is counted and logged by the writer, and serving goes on without it)."""
         bt = self.links.block_tokens
         with self._lock:
             ids = list(state.token_ids[:end])
@@ -283,22 +281,7 @@ class DecodeExecutor:
             writes.append(BlockWrite(key=keys[b], data=data, num_layers=self.layers, parent=parent))
         if not writes:
             return None
-        future = self.links.writer.submit(WriteJob(job_id=f"w{state.rid}.{start}", blocks=tuple(writes)))
-        if wait:  # a failed write is counted and logged by the writer; serving goes on without it
-            future.exception()
-        return future
-
-    def _persist_then_release(self, message: Message) -> None:
-        """Oracle, a request with no decode step: its prompt blocks from the landing region (unpaced),
-        then `released` (the scheduler's cue to tell the client), then the usual release."""
-        state = self._state(int(message["rid"]))
-        state.landed.wait()
-        with self._lock:
-            state.token_ids = state.token_ids or list(message["token_ids"])
-        start, end = int(message["persist_start_tokens"]), int(message["persist_end_tokens"])
-        self._write_blocks(state, start, end, from_hbm=False)
-        self.links.emit({"type": "released", "rid": state.rid})
-        self._decode.put(message)
+        return self.links.writer.submit(WriteJob(job_id=f"w{state.rid}.{start}", blocks=tuple(writes)))
 
     def _maybe_free_region(self, state: _DeRequest) -> None:
         with self._lock:
@@ -347,8 +330,6 @@ class DecodeExecutor:
                 state.finish_reason = finish_reason(state.sampling, [*generated, token], state.max_tokens)
                 if state.finish_reason is not None:
                     finished.append([state.rid, state.generated, state.finish_reason])
-            if message["inline_io"]:
-                self._persist_inline(running)
             done += 1
         self._still_running(states, finished)  # a cancel that came during the last step
         tokens = [[rid, got] for rid, got in out.items()]
@@ -365,7 +346,6 @@ class DecodeExecutor:
             self._to_cache(state, list(join["token_ids"]), int(join["first_token"]), paced=False)
             with self._lock:
                 state.h2d_done = True
-                state.persisted_tokens = int(join["hit_tokens"])
             self._maybe_free_region(state)
         state.prompt_tokens = len(join["token_ids"])
         state.max_tokens, state.generated = int(join["max_tokens"]), 1
@@ -388,24 +368,6 @@ class DecodeExecutor:
         if previous & batch:  # the batch went on: the time since the last run ended was the restart
             self.decode_restarts += 1
             self.decode_restart_s += time.monotonic() - ended_s
-
-    def _persist_inline(self, states: list[_DeRequest]) -> None:
-        """Oracle (§7.1: I/O takes no time, no persist commands): every whole block is written (unpaced)
-        as it fills, and a request's last token goes out only once its writes landed, so when the core
-        finishes it the next round hits."""
-        bt = self.links.block_tokens
-        for state in states:
-            end = self.cache.num_tokens(state.rid) // bt * bt
-            if end > state.persisted_tokens:
-                future = self._write_blocks(state, state.persisted_tokens, end, from_hbm=True, wait=False)
-                if future is not None:
-                    state.writes.append(future)
-                state.persisted_tokens = end
-            if state.finish_reason is not None:
-                with self.work.waiting():  # on the store's writes, not working (the twin's write stall)
-                    for future in state.writes:
-                        future.exception()  # waits; a failure is the writer's to count, not this thread's
-                state.writes.clear()
 
     def _release(self, message: Message) -> None:
         rid = int(message["rid"])

@@ -18,14 +18,18 @@ from dualpath.config.specs import SchedulerSpec
 from dualpath.engine import commands as cmd
 from dualpath.engine.core import ClusterCore, CoreConfig
 from dualpath.engine.modes import get_mode
-from dualpath.policy.batching import AttentionTimeFn
 from dualpath.policy.decisions import Assignment, DecisionLog
+from dualpath.policy.inputs import PrefillProfile, pairwise_attention_time, policy_inputs
 from dualpath.policy.types import ReadSide
 from dualpath.request import Phase, Request
 
 Message = dict[str, Any]
 Outgoing = list[tuple[str, Message]]
 CLIENT = "@client"  # destination of token chunks and completions (the HTTP side)
+# A DE runs up to this many decode steps per message (a run, `CoreConfig.max_decode_run_steps`). Chosen,
+# not published: it bounds how late the client sees a token and a filled block's persist starts (both
+# come at the run's end) to 8 steps, while one control round trip serves 8 steps.
+DECODE_RUN_STEPS = 8
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -42,36 +46,23 @@ class DriverConfig:
     pe_hbm_kv_tokens: int
     snic_bytes_per_s: float
     prefill_tokens_per_s: float  # the slowest PE's measured rate (β, A.4)
-    attention_s_per_token_pair: float = 0.0  # §6.4 predictor's quadratic term (measured or fitted)
-    # A DE runs up to this many decode steps per message (a "run"), never past the next batch change
-    # (a last token) and cut short at the next step boundary when a joiner waits. Chosen, not
-    # published: it bounds how late the client sees a token and a filled block's persist starts
-    # (both come at the run's end) to 8 steps, while one control round trip serves 8 steps.
-    max_decode_run_steps: int = 8
+    attention_s_per_token_pair: float = 0.0  # the PE's measured attention cost (§6.4 predictor)
+    max_decode_run_steps: int = DECODE_RUN_STEPS
 
 
-def linear_attention_predictor(
-    *, prefill_tokens_per_s: float, attention_s_per_token_pair: float
-) -> AttentionTimeFn:
-    """The §6.4 quota predictor from per-token costs: a forward's time for its (cached, new) items.
-
-    Each new token costs 1 / prefill rate; attention adds new·(cached + new) pair interactions.
-    """
-
-    def predict(requests: Sequence[tuple[int, int]]) -> float:
-        return sum(
-            new / prefill_tokens_per_s + new * (cached + new) * attention_s_per_token_pair
-            for cached, new in requests
-        )
-
-    return predict
+def prefill_profile(config: DriverConfig) -> PrefillProfile:
+    """The PE profile the runtime measured at start-up (`runtime/model_host.py`), for `policy_inputs`."""
+    return PrefillProfile(
+        tokens_per_s=config.prefill_tokens_per_s,
+        attention_time_s=pairwise_attention_time(config.attention_s_per_token_pair),
+    )
 
 
 @dataclass
 class _Live:
     request: Request
     token_ids: list[int]
-    usable_hit_tokens: int
+    planned_hit_tokens: int  # the hit it came with; `request.hit_tokens` shrinks on a lost block
     sampling: Message = field(default_factory=dict)  # SamplingParams.to_message(): the nodes draw with it
     first_token: int | None = None
     finish_reason: str = "length"  # "stop" when a node saw an EOS or stop token, "abort" when cancelled
@@ -84,7 +75,8 @@ class RuntimeDriver:
         p = config.num_prefill_nodes
         d = len(config.node_names) - p
         spec = SchedulerSpec(block_tokens=config.block_tokens)
-        read_tokens_per_s = config.snic_bytes_per_s / config.kv_bytes_per_token
+        inputs = policy_inputs(spec, read_bytes_per_s=config.snic_bytes_per_s,
+                               kv_bytes_per_token=config.kv_bytes_per_token, prefill=prefill_profile(config))  # fmt: skip
         self.log = DecisionLog()
         self.core = ClusterCore(
             CoreConfig(
@@ -97,28 +89,22 @@ class RuntimeDriver:
                 dram_buffer_bytes=config.dram_buffer_bytes,
                 de_hbm_kv_tokens=config.de_hbm_kv_tokens,
                 pe_hbm_kv_tokens=config.pe_hbm_kv_tokens,
-                read_tokens_per_s=read_tokens_per_s,
-                # α, β as Appendix A.4 defines them: tokens read from storage in 3 s, computed in 5 s.
-                alpha_tokens=spec.alpha_read_s * read_tokens_per_s,
-                beta_tokens=spec.beta_compute_s * config.prefill_tokens_per_s,
+                read_tokens_per_s=inputs.read_tokens_per_s,
+                alpha_tokens=inputs.alpha_tokens,
+                beta_tokens=inputs.beta_tokens,
                 read_path=config.read_path or None,
+                max_decode_run_steps=config.max_decode_run_steps,
             ),
-            attention_time_s=linear_attention_predictor(
-                prefill_tokens_per_s=config.prefill_tokens_per_s,
-                attention_s_per_token_pair=config.attention_s_per_token_pair,
-            ),
+            attention_time_s=inputs.attention_time_s,
             log=self.log,
         )
         self.event_log: list[tuple[float, Message]] = []
         self._ids = {name: i for i, name in enumerate(config.node_names)}
         self._live: dict[int, _Live] = {}
         self._next_id = 0
-        self._poked = False
         self._assigned = 0
         self._decode_step = {n: 0 for n in self.core.de_nodes}  # id of the node's latest run
-        self._run_steps = {n: 0 for n in self.core.de_nodes}  # steps asked of the run in flight (0: idle)
-        self._cut_sent = {n: False for n in self.core.de_nodes}
-        self._held: dict[int, Message] = {}  # oracle: client `done` waiting for its prompt blocks' write
+        self._cut_sent = {n: False for n in self.core.de_nodes}  # `decode_cut` sent to the run in flight
         self._batch: dict[int, list[Request]] = {n: [] for n in self.core.de_nodes}
         self._down: set[str] = set()
         self._handlers: dict[str, Callable[[Message, float], Outgoing]] = {
@@ -129,7 +115,6 @@ class RuntimeDriver:
             "h2d_done": self._h2d_done,
             "persist_done": self._persist_done,
             "decode_done": self._decode_done,
-            "released": self._released,
             "cancel": self._cancel,
             "node_down": self._node_down,
             "node_up": self._node_up,
@@ -138,9 +123,9 @@ class RuntimeDriver:
     # ---- inputs --------------------------------------------------------------------------------
     @property
     def wants_fetch(self) -> bool:
-        """Something that can unblock a placement changed and requests wait: fetch once, soon (the sim's
-        coalesced poke). The caller sends `{"type": "fetch"}` after draining its inbox."""
-        return self._poked and self.core.scheduler.waiting > 0
+        """The core's fetch cadence (`ClusterCore.wants_fetch`): the caller sends `{"type": "fetch"}`
+        once it has drained its inbox (one fetch per instant, as the simulator coalesces them)."""
+        return self.core.wants_fetch
 
     def submit(
         self,
@@ -171,11 +156,10 @@ class RuntimeDriver:
         self._live[rid] = _Live(
             request=request,
             token_ids=list(token_ids),
-            usable_hit_tokens=hit_tokens,
+            planned_hit_tokens=hit_tokens,
             sampling=dict(sampling or {}),
         )
         self._live[rid].times["arrival"] = now_s
-        self._poked = True
         return rid, self._do(self.core.submit(request, now_s), now_s)
 
     def handle(self, event: Message, now_s: float) -> Outgoing:
@@ -185,7 +169,7 @@ class RuntimeDriver:
         handler = self._handlers.get(str(event.get("type")))
         if handler is None:
             raise ValueError(f"unknown driver event {event.get('type')!r}")
-        if "rid" in event and int(event["rid"]) not in self._live and event["type"] != "released":
+        if "rid" in event and int(event["rid"]) not in self._live:
             return []
         if event.get("node") in self._down and event["type"] not in ("node_down", "node_up"):
             return []  # a late word from a node already marked down
@@ -215,7 +199,6 @@ class RuntimeDriver:
 
     # ---- events ----------------------------------------------------------------------------------
     def _fetch(self, event: Message, now_s: float) -> Outgoing:
-        self._poked = False
         commands = self.core.fetch(now_s)
         entries = self.log.entries
         for a in entries[self._assigned :]:  # the decisions this fetch logged
@@ -226,17 +209,12 @@ class RuntimeDriver:
 
     def _read_done(self, event: Message, now_s: float) -> Outgoing:
         rid = int(event["rid"])
-        live = self._live[rid]
-        request = live.request
         node = self.node_id(event["node"])
-        planned = request.pe_read_tokens if node == self._pe_node(request) else request.de_read_tokens
-        usable = int(event.get("usable_tokens", planned))
-        if usable < planned:  # a corrupt/missing block ends the usable hit in this side's range
-            start = 0 if node == self._pe_node(request) else request.pe_read_tokens
-            live.usable_hit_tokens = min(live.usable_hit_tokens, start + usable)
-            self.core.on_hit_lost(rid, live.usable_hit_tokens)  # recomputed, then persisted again
-        live.times["read_end"] = now_s
-        return self._do(self.core.on_read_done(node, rid, now_s), now_s)
+        self._live[rid].times["read_end"] = now_s
+        usable = event.get("usable_tokens")  # fewer than read: a corrupt or missing block (the core decides)
+        return self._do(
+            self.core.on_read_done(node, rid, now_s, None if usable is None else int(usable)), now_s
+        )
 
     def _step_done(self, event: Message, now_s: float) -> Outgoing:
         node = self.node_id(event["node"])
@@ -252,7 +230,6 @@ class RuntimeDriver:
             out.append((CLIENT, {"type": "tokens", "rid": int(rid), "token_ids": [int(token)]}))
         for rid in event.get("stopped", ()):  # token 1 was an EOS or stop token: no decode
             self._end_early(int(rid), 1, "stop")
-        self._poked = True  # a PE's tok_e fell
         return out + self._do(self.core.on_prefill_step_done(node, int(event["step_id"]), now_s), now_s)
 
     def _kv_out_done(self, event: Message, now_s: float) -> Outgoing:
@@ -278,17 +255,12 @@ class RuntimeDriver:
         ]
         for rid, generated, reason in event.get("finished", ()):  # ended inside this run (EOS, stop, cancel)
             self._end_early(int(rid), int(generated), str(reason))
-        steps = int(event.get("steps", 1))
-        assert 1 <= steps <= max(1, self._run_steps[node]), (steps, self._run_steps[node])
-        self._run_steps[node] = 0
-        commands = self.core.advance_decode(node, steps, now_s)
+        commands = self.core.advance_decode(node, int(event.get("steps", 1)), now_s)
         running = [r for r in self._batch[node] if r.generated_tokens < r.gen_tokens]
         for r in self._batch[node]:
             if r.generated_tokens >= r.gen_tokens:
                 self._live[r.request_id].times["last_token"] = now_s  # its persists may still run
         out += self._do(commands, now_s)
-        if len(running) < len(self._batch[node]):
-            self._poked = True  # a last token freed DE HBM
         self._batch[node] = running
         return out + self._decode_next(node, now_s)
 
@@ -324,7 +296,6 @@ class RuntimeDriver:
         if live.finish_reason != "abort":
             live.finish_reason = reason
         self.core.finish_early(rid, generated_tokens)
-        self._poked = True  # its DE HBM fell
 
     def _cancel(self, event: Message, now_s: float) -> Outgoing:
         """End a request wherever it is (the client left, or a stop string matched). In a decode batch its
@@ -343,7 +314,6 @@ class RuntimeDriver:
         abandoned = self.core.abandon(rid)
         if abandoned is not None:  # before its prefill: it leaves queues, reads and buffers now
             self._live.pop(rid)
-            self._poked = True
             done = {"type": "done", "rid": rid, "finish_reason": "abort", "cached_tokens": 0}
             return drops + self._do(abandoned, now_s) + [(CLIENT, done)]
         if (
@@ -352,7 +322,6 @@ class RuntimeDriver:
         ):
             return [(self._de_name(request), {"type": "decode_stop", "rid": rid})]
         self.core.finish_early(rid, max(1, request.generated_tokens))
-        self._poked = True
         return []
 
     # ---- node failures ---------------------------------------------------------------------------
@@ -369,7 +338,6 @@ class RuntimeDriver:
         decision = self.core.on_node_down(node)
         if node in self._batch:
             self._batch[node] = []
-            self._run_steps[node] = 0
             self._cut_sent[node] = False
         out: Outgoing = [d for r in decision.replan for d in self._drops(r)]
         for request in decision.replan:
@@ -377,9 +345,6 @@ class RuntimeDriver:
             out.append(
                 (CLIENT, {"type": "replan", "rid": request.request_id, "first_token": live.first_token})
             )
-        for rid in [r for r, done in self._held.items() if self.core.node_of_engine(int(done["de"])) == node]:
-            out.append((CLIENT, self._held.pop(rid)))  # oracle: its DE will not say `released`
-        self._poked = True
         return out + self._do(list(decision.commands), now_s)
 
     def _node_up(self, event: Message, now_s: float) -> Outgoing:
@@ -388,9 +353,7 @@ class RuntimeDriver:
         node = self.node_id(name)
         if node in self._batch:
             self._batch[node] = []
-            self._run_steps[node] = 0
             self._cut_sent[node] = False
-        self._poked = True
         return self._do(self.core.on_node_up(node), now_s)
 
     def _drops(self, request: Request) -> Outgoing:
@@ -422,7 +385,7 @@ class RuntimeDriver:
         message = {
             "type": "read",
             "rid": request.request_id,
-            "token_ids": live.token_ids[: request.hit_tokens],
+            "token_ids": live.token_ids[: start + c.tokens],
             "start_tokens": start,
             "tokens": c.tokens,
             "side": "pe" if pe_side else "de",
@@ -446,7 +409,7 @@ class RuntimeDriver:
                         "cached_tokens": it.cached_tokens,
                         "new_tokens": it.new_tokens,
                         "hit_tokens": r.hit_tokens,
-                        "usable_hit_tokens": live.usable_hit_tokens,
+                        "usable_hit_tokens": r.hit_tokens,
                         "pe_read_tokens": r.pe_read_tokens,
                         "de_read_tokens": r.de_read_tokens,
                         "load_pe_tokens": it.load_pe_tokens,
@@ -470,7 +433,7 @@ class RuntimeDriver:
             "tokens": c.tokens,
             "token_ids": live.token_ids,
             "first_token": live.first_token,
-            "hit_tokens": live.usable_hit_tokens,
+            "hit_tokens": c.request.hit_tokens,
         }
         return self._de_name(c.request), message
 
@@ -489,20 +452,19 @@ class RuntimeDriver:
         return self._de_name(c.request), message
 
     def _decode_next(self, node: int, now_s: float) -> Outgoing:
-        """At a run's end: joiners merge (core), and the next run of that batch goes out — up to the
-        next last token (`decode_steps_to_next_batch_change`, as the sim runs it), at most
-        `max_decode_run_steps`. A joiner arriving mid-run cuts it at the next step boundary."""
-        if self._run_steps[node]:
-            if not self.core.de_nodes[node].joining or self._cut_sent[node]:
+        """The DE node's batch changed or its run ended: with a run in flight, a `decode_cut` when the core
+        wants one (`decode_cut_wanted`: a joiner waits); else the next run as the core sets it
+        (`start_decode_run`: joiners merge, its length)."""
+        if self.core.de_nodes[node].run_steps:
+            if not self.core.decode_cut_wanted(node) or self._cut_sent[node]:
                 return []
             self._cut_sent[node] = True
             return [(self.node_name(node), {"type": "decode_cut", "step": self._decode_step[node]})]
         joining = list(self.core.de_nodes[node].joining)
-        if not self.core.decode_merge(node):
+        steps = self.core.start_decode_run(node)
+        if not steps:
             return []
         self._batch[node] += joining
-        steps = self.core.decode_steps_to_next_batch_change(node)
-        self._run_steps[node] = max(1, min(self.config.max_decode_run_steps, steps))
         self._cut_sent[node] = False
         self._decode_step[node] += 1
         joins = []
@@ -510,12 +472,12 @@ class RuntimeDriver:
             live = self._live[r.request_id]
             live.times["decode_start"] = now_s
             joins.append({"rid": r.request_id, "token_ids": live.token_ids, "first_token": live.first_token,
-                          "hit_tokens": live.usable_hit_tokens, "max_tokens": r.gen_tokens,
+                          "hit_tokens": r.hit_tokens, "max_tokens": r.gen_tokens,
                           "sampling": live.sampling})  # fmt: skip
         message = {
             "type": "decode_step",
             "step": self._decode_step[node],
-            "steps": self._run_steps[node],
+            "steps": steps,
             "batch": [r.request_id for r in self._batch[node]],
             "join": joins,
             "inline_io": self.core.mode.skip_io,
@@ -525,36 +487,20 @@ class RuntimeDriver:
     def _done(self, request: Request, now_s: float) -> Outgoing:
         live = self._live.pop(request.request_id)
         live.times["finished"] = now_s
-        self._poked = True
         info = {
             "finish_reason": live.finish_reason,
-            "hit_tokens": request.hit_tokens,
-            "effective_hit_tokens": live.usable_hit_tokens,
+            "hit_tokens": live.planned_hit_tokens,
+            "effective_hit_tokens": request.hit_tokens,
             # the prompt tokens whose KV came from the store (usage.prompt_tokens_details.cached_tokens)
-            "cached_tokens": live.usable_hit_tokens,
+            "cached_tokens": request.hit_tokens,
             "read_side": _read_side(request),
             "pe": request.pe_engine,
             "de": request.de_engine,
             "times_s": {k: v - live.times["arrival"] for k, v in sorted(live.times.items())},
         }
-        release: Message = {"type": "release", "rid": request.request_id,
-                            "inline_io": self.core.mode.skip_io}  # fmt: skip
+        release: Message = {"type": "release", "rid": request.request_id}
         done: Message = {"type": "done", "rid": request.request_id, **info}
-        bt = self.config.block_tokens
-        prompt_blocks_end = request.prompt_tokens // bt * bt
-        if self.core.mode.skip_io and request.gen_tokens == 1 and prompt_blocks_end > live.usable_hit_tokens:
-            # Oracle (§7.1: the same system with I/O skipped in time, not less work): with no decode
-            # step its DE never wrote the prompt's new blocks, so it writes them now (unpaced) and the
-            # client hears `done` once they landed, as DualPath's persist_done gates RequestDone.
-            release |= {"token_ids": live.token_ids, "persist_start_tokens": live.usable_hit_tokens,
-                        "persist_end_tokens": prompt_blocks_end}  # fmt: skip
-            self._held[request.request_id] = done
-            return [(self._de_name(request), release)]
         return [(self._de_name(request), release), (CLIENT, done)]
-
-    def _released(self, event: Message, now_s: float) -> Outgoing:
-        done = self._held.pop(int(event["rid"]), None)
-        return [] if done is None else [(CLIENT, done)]
 
     # ---- inspection --------------------------------------------------------------------------------
     @property
@@ -564,7 +510,7 @@ class RuntimeDriver:
     def usable_hit_tokens(self, rid: int) -> int | None:
         """The request's hit prefix that its reads brought intact (None once it is done)."""
         live = self._live.get(rid)
-        return None if live is None else live.usable_hit_tokens
+        return None if live is None else live.request.hit_tokens
 
     def phase(self, rid: int) -> Phase | None:
         live = self._live.get(rid)

@@ -30,6 +30,7 @@ import zmq.asyncio
 
 from dualpath.kvcache import FileStore, block_keys
 from dualpath.protocol.errors import ProtocolError
+from dualpath.request import usable_hit_tokens
 from dualpath.runtime.api import CompletionRequest, TokenChunk
 from dualpath.runtime.cluster import ClusterConfigError, RuntimeClusterSpec
 from dualpath.runtime.control import Message, decode, encode
@@ -46,7 +47,6 @@ _DRIVER_EVENTS = (
     "h2d_done",
     "persist_done",
     "decode_done",
-    "released",
 )
 # A cluster that cannot hold one request of this size (prompt tokens, max_tokens: the API's default) is
 # refused at start. Chosen: a few blocks of prompt, as the smallest useful agent round.
@@ -157,9 +157,7 @@ class ClusterScheduler:
         assert self.driver is not None
         bt = self.spec.block_tokens
         ids = list(api.prompt_token_ids)
-        hit_tokens = self.store.hit_blocks(block_keys(ids, bt)) * bt
-        if hit_tokens >= len(ids):
-            hit_tokens -= bt  # at least one prompt token must be computed (it yields the first token)
+        hit_tokens = usable_hit_tokens(self.store.hit_blocks(block_keys(ids, bt)) * bt, len(ids), bt)
         now = self.clock()
         sampling = self.request_sampling(api)
         rid, out = self.driver.submit(
@@ -207,9 +205,7 @@ class ClusterScheduler:
             return []
         bt = self.spec.block_tokens
         ids = list(live.api.prompt_token_ids) + live.out_ids
-        hit_tokens = self.store.hit_blocks(block_keys(ids, bt)) * bt
-        if hit_tokens >= len(ids):
-            hit_tokens -= bt
+        hit_tokens = usable_hit_tokens(self.store.hit_blocks(block_keys(ids, bt)) * bt, len(ids), bt)
         sampling = live.sampling or self.request_sampling(live.api)
         if sampling.min_tokens:
             sampling = replace(sampling, min_tokens=max(0, sampling.min_tokens - len(live.out_ids)))

@@ -23,9 +23,9 @@ from dualpath.config.specs import ClusterSpec
 from dualpath.engine import commands as cmd
 from dualpath.engine.core import ClusterCore, CoreConfig
 from dualpath.engine.modes import get_mode
-from dualpath.policy.batching import AttentionTimeFn
 from dualpath.policy.decisions import Assignment, DecisionLog
-from dualpath.request import Request
+from dualpath.policy.inputs import PolicyInputs
+from dualpath.request import Request, usable_hit_tokens
 from dualpath.sim.agents import Agent, Round
 from dualpath.sim.cost import CostModel, gpu_cost_model
 from dualpath.sim.early_stop import EarlyStop, EarlyStopWatch
@@ -34,7 +34,7 @@ from dualpath.sim.host import HostSpec, RuntimeHost
 from dualpath.sim.kernel import EventHandle, Simulator
 from dualpath.sim.links import Link, LinkNetwork, TrafficClass
 from dualpath.sim.prefill_timing import layerwise_end_s, whole_kv_end_s
-from dualpath.sim.rates import CoreRates, attention_predictor, core_rates, hbm_kv_tokens
+from dualpath.sim.rates import core_rates, hbm_kv_tokens
 from dualpath.sim.topology import Topology
 
 LOW = TrafficClass.LOW
@@ -53,10 +53,9 @@ class SimConfig:
     duration_s: float | None = None  # online: stop here
     record_links: bool = False
     # The twin (dualpath.twin) predicts the CPU runtime: a calibrated cost model, and the core's α, β and
-    # §6.4 predictor computed the way the runtime's driver computes them. None: derived from the specs.
+    # §6.4 predictor from the runtime's profile (`policy.inputs`). None: from the specs' (`sim/rates.py`).
     cost_model: CostModel | None = None
-    core_rates: CoreRates | None = None
-    attention_time_s: AttentionTimeFn | None = None
+    policy: PolicyInputs | None = None
     # ... and engines on one CPU host (sim/host.py): the step costs it charges (CPU seconds), the host's
     # cores and fixed times, the agents' start times as its load generator draws them. None: a GPU
     # cluster, step costs from `cost_model`, Poisson starts from the seed.
@@ -65,6 +64,9 @@ class SimConfig:
     agent_starts_s: tuple[float, ...] | None = None
     # Online runs: stop once clearly past the TTFT SLO (sim/early_stop.py); None runs to the end.
     early_stop: EarlyStop | None = None
+    # Decode steps per run (`CoreConfig.max_decode_run_steps`): the twin gives the runtime's; None: a run
+    # goes to the next batch change.
+    max_decode_run_steps: int | None = None
     # Node failures (`simulate --fail`): (node id, time s, seconds down or None: for good), run through
     # the core's own entry points (`ClusterCore.on_node_down` / `on_node_up`), as the runtime runs them.
     failures: tuple[tuple[int, float, float | None], ...] = ()
@@ -205,7 +207,7 @@ class Simulation:
         self.cost: StepCosts = config.step_costs or cost
         self.kv_bytes = arch.kv_bytes_per_token(c.model)
         ctx, app = _typical(trajectories)
-        rates = config.core_rates or core_rates(c, cost, context_tokens=ctx, append_tokens=app)
+        rates = config.policy or core_rates(c, cost, context_tokens=ctx, append_tokens=app)
         self.mode = get_mode(config.mode)
         self.log = DecisionLog()
         self.core = ClusterCore(
@@ -223,8 +225,9 @@ class Simulation:
                 alpha_tokens=rates.alpha_tokens,
                 beta_tokens=rates.beta_tokens,
                 read_path=config.read_path,
+                max_decode_run_steps=config.max_decode_run_steps,
             ),
-            attention_time_s=config.attention_time_s or attention_predictor(cost, c.model.num_layers),
+            attention_time_s=rates.attention_time_s,
             log=self.log,
         )
         self.rates = rates
@@ -235,6 +238,7 @@ class Simulation:
         self._steps: dict[int, _Step] = {}
         self._decode = {n: _DecodeRun() for n in self.core.de_nodes}
         self._fetch_pending = False
+        self._io_free: list[tuple[int, bool]] = []  # oracle persists (no I/O time), done after `_do`
         self._d2h_pipes: dict[int, _WritePipe] = {}
         self._persist_pipes: dict[int, _WritePipe] = {}
         self._touched: dict[_WritePipe, None] = {}
@@ -326,16 +330,12 @@ class Simulation:
             touched, self._touched = self._touched, {}
             for pipe in touched:
                 pipe.flush()
-
-    def _poke(self) -> None:
-        """Something that can unblock a placement changed (an arrival; a step done: PE tok_e fell;
-        a last token: DE HBM freed): the group leaders fetch once at the end of this instant.
-
-        The paper's leaders fetch "periodically" (§6.1); fetching on change sees the same state
-        without idle polls. A finished read needs no fetch: read queues only steer a placement, and
-        every fetch takes fresh reports from all groups before it places anything.
-        """
-        if not self._fetch_pending and self.core.scheduler.waiting:
+        while self._io_free:  # oracle: persists done at once, after the commands that came with them
+            done, self._io_free = self._io_free, []
+            for request_id, from_hbm in done:
+                self._do(self.core.on_persist_done(request_id, from_hbm, self.sim.now_s))
+        if self.core.wants_fetch and not self._fetch_pending:
+            # The core's fetch cadence: the group leaders fetch once, at the end of this instant.
             self._fetch_pending = True
             self.sim.schedule(0.0, self._fetch, priority=1)
 
@@ -382,7 +382,6 @@ class Simulation:
             arrival_s=now)  # fmt: skip
         self._agent_of[request.request_id] = agent
         self._do(self.core.submit(request, now))
-        self._poke()
 
     def _done(self, c: cmd.RequestDone) -> None:
         if self.host is not None:
@@ -439,7 +438,6 @@ class Simulation:
             self._continue(request)
         if down_s is not None:
             self.sim.schedule(down_s, self._recover, node)
-        self._poke()
 
     def _continue(self, r: Request) -> None:
         now, block = self.sim.now_s, self.cluster.scheduler.block_tokens
@@ -450,7 +448,7 @@ class Simulation:
             trajectory_id=r.trajectory_id,
             round_index=r.round_index,
             prompt_tokens=prompt,
-            hit_tokens=min(persisted, (prompt - 1) // block * block),
+            hit_tokens=usable_hit_tokens(persisted, prompt, block),
             gen_tokens=max(1, r.gen_tokens - r.generated_tokens),
             arrival_s=now,
         )
@@ -464,7 +462,6 @@ class Simulation:
 
     def _recover(self, node: int) -> None:
         self._do(self.core.on_node_up(node))
-        self._poke()
 
     # ---- storage, H2D, persistence ---------------------------------------------------------------
     def _read(self, c: cmd.StartRead) -> None:
@@ -492,6 +489,9 @@ class Simulation:
     def _persist(self, c: cmd.StartPersist) -> None:
         if self.host is not None:
             self.host.persist(c)
+            return
+        if self.mode.skip_io:  # oracle: the write takes no time (§7.1)
+            self._io_free.append((c.request.request_id, c.from_hbm))
             return
         item = (c.request.request_id, c.from_hbm, c.de_engine)
         size = c.tokens * self.kv_bytes
@@ -632,7 +632,6 @@ class Simulation:
             self._step_finished(step)
         elif not c.layerwise:  # basic: the GPU is free; KV goes out after the forward
             self._do(self.core.on_prefill_step_done(c.node_id, c.step_id, self.sim.now_s))
-            self._poke()
             self._start_outs(step)
             if not step.outs:
                 self._do(self.core.on_kv_out_done(c.node_id, c.step_id, self.sim.now_s))
@@ -652,7 +651,6 @@ class Simulation:
         c, now = step.c, self.sim.now_s
         self._do(self.core.on_prefill_step_done(c.node_id, c.step_id, now)
                  + self.core.on_kv_out_done(c.node_id, c.step_id, now))  # fmt: skip
-        self._poke()
 
     # ---- decode: runs of steps between tokens of interest ---------------------------------------
     def _decode_changed(self, c: cmd.DecodeChanged) -> None:
@@ -660,6 +658,8 @@ class Simulation:
         if not run.busy:
             self._decode_start(c.node_id)
             return
+        if not self.core.decode_cut_wanted(c.node_id):
+            return  # its joiners merged already (several joins in one instant start one run)
         if self.host is not None:
             self.host.cut_decode(c.node_id, run)
             return
@@ -674,15 +674,13 @@ class Simulation:
             )
 
     def _decode_start(self, node: int) -> None:
-        if self.host is not None and not self.host.may_start_decode(node):
-            return
         run = self._decode[node]
-        run.busy = self.core.decode_merge(node)
+        run.steps = self.core.start_decode_run(node)
+        run.busy = run.steps > 0
         if not run.busy:
             return
         shape = self.core.decode_shape(node)
         run.step_s = self.cost.decode_step_max_s(shape)
-        run.steps = self.core.decode_steps_to_next_batch_change(node)
         run.start_s = self.sim.now_s
         if self.host is not None:
             self.host.run_decode(node, run, len(shape))
@@ -693,8 +691,7 @@ class Simulation:
         run = self._decode[node]
         commands = self.core.advance_decode(node, run.steps, self.sim.now_s)
         run.busy = False
-        self._do([c for c in commands if not isinstance(c, cmd.DecodeChanged)])
-        self._poke()  # last tokens freed DE HBM
+        self._do(commands)
         if not run.busy:
             self._decode_start(node)
 

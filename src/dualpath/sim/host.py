@@ -13,15 +13,13 @@ process with one torch thread, beside its scheduler and its client, on a host wi
   (`engine.pipeline`'s form); a whole-KV forward's starts when its loads are done; an oracle forward
   is CPU alone. A joiner cuts a decode run at the step boundary its CPU progress has reached.
 - Command trips (`command_trip_s`): scheduler -> engine thread before a forward computes, between a
-  DE's decode runs (up to `max_decode_run_steps` steps, one message each), and node -> scheduler ->
-  client for a first token and a `done`.
+  DE's decode runs (the core's run length, `CoreConfig.max_decode_run_steps`, one message each), and
+  node -> scheduler -> client for a first token and a `done`.
 - HTTP legs: a round reaches the scheduler `http_leg_s` + per prompt token (times the core share) after
   the client sent it; TTFT counts from the send, as the load generator's does.
 - Store writes (the runtime's `PipelinedWriter`): one job (persist command) at a time per DE node on its
-  SNIC, durable `commit_s` after its last byte. Oracle (no persist commands): every block that became
-  whole goes to `commits_in_flight` commit slots per DE node; a request's last decode step waits for
-  its blocks (charged before that DE's next run), and a one-token request's `done` for its prompt
-  blocks.
+  SNIC, durable `commit_s` after its last byte. Oracle (links unpaced): a job's blocks go straight to
+  the DE node's `commits_in_flight` commit slots, `commit_s` each.
 """
 
 from __future__ import annotations
@@ -40,7 +38,6 @@ class HostSpec:
     """What the runtime's processes pay beyond the step costs: cores, fixed times, CPU per message."""
 
     capacity_cores: float  # the host's cores less what other jobs took
-    max_decode_run_steps: int  # decode steps per command (the runtime driver's run length)
     background_cores: float = 0.0  # our threads that work all the time (reports, polls, copies)
     pe_efficiency: float = 1.0  # the share of its thread's time a PE forward keeps busy
     de_efficiency: float = 1.0  # the same for a DE decode run
@@ -96,9 +93,6 @@ class RuntimeHost:
         self._forward_work: dict[int, CpuWork] = {}
         self._decode_work: dict[int, CpuWork] = {}
         self._run_began: dict[int, float] = {}
-        self._stall_s: dict[int, float] = {}
-        self._stalled: set[int] = set()
-        self._written: set[int] = set()  # oracle joiners whose prompt blocks are queued
         self._writer_free_s: dict[int, list[float]] = {}  # oracle: per DE node, when each slot is free
         self._fifo_writers: dict[int, _FifoWriter] = {}
         # The engines' pieces as the runtime's EngineWork counts them: [pieces, wall s, CPU s] per group.
@@ -183,6 +177,11 @@ class RuntimeHost:
         """One job on the DE node's FIFO writer, sent when the command arrives."""
         s, de = self.s, c.de_engine
         node = s.core.node_of_engine(de)
+        if s.mode.skip_io:  # oracle: unpaced bytes, only the commits take time
+            landed_s = self._enqueue_writes(node, c.tokens // s.cluster.scheduler.block_tokens)
+            item = (c.request.request_id, c.from_hbm, de)
+            s.sim.schedule_at(landed_s, s._persisted, [item], c.tokens * s.kv_bytes)
+            return
         writer = self._fifo_writers.get(node)
         if writer is None:
             writer = self._fifo_writers[node] = _FifoWriter(s.net, self._persisted)
@@ -204,58 +203,17 @@ class RuntimeHost:
             landed_s = max(landed_s, free[slot])
         return landed_s
 
-    def _oracle_joins(self, node: int) -> None:
-        bt = self.s.cluster.scheduler.block_tokens
-        for r in self.s.core.de_nodes[node].joining:
-            if r.request_id not in self._written:
-                self._written.add(r.request_id)
-                self._enqueue_writes(node, max(0, (r.prompt_tokens + 1) // bt - r.hit_tokens // bt))
-
-    # ---- what a node tells the client (first token, done) -------------------------------------------
+    # ---- what a node tells the client (done) --------------------------------------------------------
     def done(self, c: cmd.RequestDone) -> None:
-        s, r = self.s, c.request
-        if s.mode.skip_io and r.de_engine is not None:
-            bt = s.cluster.scheduler.block_tokens
-            node = s.core.node_of_engine(r.de_engine)
-            if r.request_id not in self._written:  # no decode step: prompt blocks at release
-                landed_s = self._enqueue_writes(node, max(0, r.prompt_tokens // bt - r.hit_tokens // bt))
-                s.sim.schedule_at(landed_s, self._to_client, c)
-                return
-            decode_blocks = max(0, (r.prompt_tokens + r.gen_tokens - 1) // bt - (r.prompt_tokens + 1) // bt)
-            landed_s = self._enqueue_writes(node, decode_blocks)
-            # Its last step waits for them: charged before the DE's next run.
-            self._stall_s[node] = max(self._stall_s.get(node, 0.0), landed_s - s.sim.now_s)
-            self._written.discard(r.request_id)
-        self._to_client(c)
-
-    def _to_client(self, c: cmd.RequestDone) -> None:
         if self.trip_s > 0.0:
             self.s.sim.schedule(self.trip_s, self.s._request_done, c)
         else:
             self.s._request_done(c)
 
     # ---- decode runs --------------------------------------------------------------------------------
-    def may_start_decode(self, node: int) -> bool:
-        """False while the DE waits for its oracle writes (it starts again by itself)."""
-        if node in self._stalled:
-            return False
-        stall = self._stall_s.pop(node, 0.0)
-        if self.s.mode.skip_io:
-            self._oracle_joins(node)
-        if stall > 0.0:
-            self._stalled.add(node)
-            self.s.sim.schedule(stall, self._decode_resume, node)
-            return False
-        return True
-
-    def _decode_resume(self, node: int) -> None:
-        self._stalled.discard(node)
-        self.s._decode_start(node)  # joiners that came during the stall write their blocks too
-
     def run_decode(self, node: int, run: Any, batch: int) -> None:
-        """One command per run of at most `max_decode_run_steps`; `run.step_s` is CPU seconds here."""
+        """One command per run (the core's length); `run.step_s` is CPU seconds here."""
         self._own_cpu("serve", 2 * self.spec.control_cpu_s + batch * self.spec.sse_chunk_cpu_s)
-        run.steps = max(1, min(run.steps, self.spec.max_decode_run_steps))
         self._decode_work[node] = self.cpu.submit(
             f"de{node}", run.steps * run.step_s, lambda: self._decode_computed(node),
             weight=self.spec.de_efficiency,

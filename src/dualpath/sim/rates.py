@@ -1,17 +1,18 @@
-"""What the simulator derives from its physics for the core: HBM KV capacities, α, β, the quota fit.
+"""What the simulator profiles from its physics for the core: HBM KV capacities, read and prefill rates.
 
 Every value is computed from the specs and the cost model (paper A.4 defines α and β as profiled
-rates; here the "profile" is the cost model), never fitted to a result.
+rates; here the "profile" is the cost model), never fitted to a result; α, β and the quota predictor
+follow from the profile in `policy.inputs`, as for every driver.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from dualpath.architecture import arch
 from dualpath.config.specs import ClusterSpec, ModelSpec
 from dualpath.policy.batching import PrefillWork, pack_by_compute_quota
+from dualpath.policy.inputs import PolicyInputs, PrefillProfile, policy_inputs
 from dualpath.sim.cost import CostModel
 
 # Share of HBM a serving engine keeps outside its KV pool for activations, CUDA graphs and workspace:
@@ -46,18 +47,9 @@ def hbm_kv_tokens(cluster: ClusterSpec, *, role_gpus: int) -> int:
     return int(free // arch.kv_bytes_per_token(m))
 
 
-@dataclass(frozen=True, kw_only=True)
-class CoreRates:
-    read_tokens_per_s: float
-    alpha_tokens: float
-    beta_tokens: float
-
-
 def attention_predictor(cost: CostModel, layers: int):  # type: ignore[no-untyped-def]
-    """The §6.4 quota predictor: attention time of a whole forward (all layers) on one GPU.
-
-    The quota (300 ms) bounds a forward's attention, so the per-layer fit is scaled by the layer count.
-    """
+    """The §6.4 quota predictor (`policy.inputs`): a forward's attention time on one GPU, all layers:
+    the cost model's per-layer attention times the layer count."""
 
     def predict(requests: Sequence[tuple[int, int]]) -> float:
         return layers * cost.attention_layer_time_s(requests)
@@ -67,28 +59,25 @@ def attention_predictor(cost: CostModel, layers: int):  # type: ignore[no-untype
 
 def core_rates(
     cluster: ClusterSpec, cost: CostModel, *, context_tokens: int, append_tokens: int
-) -> CoreRates:
-    """α: hit tokens a node's storage path reads in α seconds; β: miss tokens one PE GPU computes in β s.
-
-    β uses a forward of typical requests (the dataset's mean context and append) packed to the
-    compute quota on every GPU of the node: the compute throughput a PE sustains when busy.
+) -> PolicyInputs:
+    """α, β and the quota predictor from the simulator's profile: a node reads at its SNIC's rate (or its
+    share of the storage cluster's, if lower); a PE GPU computes at the rate of a forward of typical
+    requests (the dataset's mean context and append) packed to the compute quota on every GPU of the
+    node: the compute throughput a PE sustains when busy.
     """
     hw, s, m = cluster.hardware, cluster.scheduler, cluster.model
     nodes = cluster.num_prefill_nodes + cluster.num_decode_nodes
     read_bytes_per_s = min(hw.snic_bytes_per_s, hw.storage_bytes_per_s / nodes)
-    read_tokens_per_s = read_bytes_per_s / arch.kv_bytes_per_token(m)
+    predictor = attention_predictor(cost, m.num_layers)
     cached = max(0, context_tokens - append_tokens)
     typical = [
         PrefillWork(request_id=i, cached_tokens=cached, remaining_tokens=append_tokens) for i in range(4096)
     ]
-    batch = pack_by_compute_quota(
-        typical, attention_time_s=attention_predictor(cost, m.num_layers), quota_s=s.compute_quota_s
-    )
+    batch = pack_by_compute_quota(typical, attention_time_s=predictor, quota_s=s.compute_quota_s)
     pairs = [(b.cached_tokens, b.new_tokens) for b in batch]
     forward_s = cost.prefill_forward_time_s([pairs] * hw.gpus_per_node)
     computed_tokens = sum(n for _, n in pairs)  # per GPU: each GPU of the node runs `pairs`
-    return CoreRates(
-        read_tokens_per_s=read_tokens_per_s,
-        alpha_tokens=s.alpha_read_s * read_tokens_per_s,
-        beta_tokens=s.beta_compute_s * computed_tokens / max(forward_s, 1e-9),
+    prefill = PrefillProfile(tokens_per_s=computed_tokens / max(forward_s, 1e-9), attention_time_s=predictor)
+    return policy_inputs(
+        s, read_bytes_per_s=read_bytes_per_s, kv_bytes_per_token=arch.kv_bytes_per_token(m), prefill=prefill
     )

@@ -11,20 +11,20 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import fields, replace
-from typing import Any, cast
+from dataclasses import replace
+from typing import Any
 
 import numpy as np
 
 from dualpath.architecture import arch
 from dualpath.config.specs import ClusterSpec, HardwareSpec, SchedulerSpec
 from dualpath.metrics.summary import summarize_latencies
+from dualpath.policy.inputs import PrefillProfile, pairwise_attention_time, policy_inputs
 from dualpath.runtime.cluster import RuntimeClusterSpec
 from dualpath.sim.agents import Round
 from dualpath.sim.cost import CostModel
 from dualpath.sim.driver import SimConfig, SimOutcome, Simulation
 from dualpath.sim.host import HostSpec
-from dualpath.sim.rates import CoreRates
 from dualpath.twin.calibration import NO_FACTORS, Calibration, CalibrationOverheads, de_hbm_bytes
 
 # What the runtime's PE measures at start-up for β and the §6.4 predictor (runtime/model_host.py):
@@ -100,7 +100,6 @@ def twin_simulation(
     """`config`'s simulator with engines on the calibrated host (sim/host.py): other jobs' cores are
     capacity we do not get; `cpu_factors` are the in-situ factors (`NO_FACTORS` where not measured)."""
     from dualpath.engine.modes import get_mode
-    from dualpath.runtime.driver import DriverConfig
     from dualpath.runtime.loadgen import poisson_starts
     from dualpath.runtime.persist import COMMITS_IN_FLIGHT
 
@@ -110,9 +109,6 @@ def twin_simulation(
     o = overheads
     host = HostSpec(
         capacity_cores=max(_MIN_CAPACITY_CORES, host_cores - external_cores),
-        max_decode_run_steps=cast(
-            int, next(fld.default for fld in fields(DriverConfig) if fld.name == "max_decode_run_steps")
-        ),
         background_cores=f["background_cores"],
         pe_efficiency=f["pe_efficiency"],
         de_efficiency=f["de_efficiency"],
@@ -183,32 +179,27 @@ def sim_config(
     at start-up (its /health; they set β and the §6.4 quota, so its batches); by default the calibrated
     cost model's (`runtime_predictor_terms`).
     """
-    from dualpath.runtime.driver import linear_attention_predictor
+    from dualpath.runtime.driver import DECODE_RUN_STEPS
 
     cluster = sim_cluster(spec, cal)
     prefill_tokens_per_s, pair_s = runtime_predictor_terms(cal.cost_model)
     if scheduler_rates:
         prefill_tokens_per_s = float(scheduler_rates.get("prefill_tokens_per_s", prefill_tokens_per_s))
         pair_s = float(scheduler_rates.get("attention_s_per_token_pair", pair_s))
-    s = cluster.scheduler
-    # The runtime's driver: α from the configured SNIC rate, β from the PE's measured prefill rate (A.4).
-    read_tokens_per_s = spec.snic_bytes_per_s / arch.kv_bytes_per_token(cal.model)
-    rates = CoreRates(
-        read_tokens_per_s=read_tokens_per_s,
-        alpha_tokens=s.alpha_read_s * read_tokens_per_s,
-        beta_tokens=s.beta_compute_s * prefill_tokens_per_s,
+    # As the runtime's driver: its configured SNIC rate and its PE's start-up profile (`policy.inputs`).
+    profile = PrefillProfile(
+        tokens_per_s=prefill_tokens_per_s, attention_time_s=pairwise_attention_time(pair_s)
     )
-    predictor = linear_attention_predictor(
-        prefill_tokens_per_s=prefill_tokens_per_s, attention_s_per_token_pair=pair_s
-    )
+    inputs = policy_inputs(cluster.scheduler, read_bytes_per_s=spec.snic_bytes_per_s,
+                           kv_bytes_per_token=arch.kv_bytes_per_token(cal.model), prefill=profile)  # fmt: skip
     return SimConfig(
         cluster=cluster,
         mode=mode,
         read_path=spec.read_path or None,
         aps=aps,
         cost_model=cal.cost_model,
-        core_rates=rates,
-        attention_time_s=predictor,
+        policy=inputs,
+        max_decode_run_steps=DECODE_RUN_STEPS,
     )
 
 
