@@ -124,7 +124,6 @@ def drive(
                 steps = core.start_decode_run(n)
                 if steps:
                     running = True
-                    steps = min(steps, core.de_nodes[n].steps_to_next_event())
                     todo += core.advance_decode(n, steps, 0.0)
             if not todo and not running:
                 break

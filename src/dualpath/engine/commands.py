@@ -5,7 +5,8 @@ StartPrefillStep one lock-stepped forward of a PE node   -> core.on_prefill_step
                                                            core.on_kv_out_done(node, step)
 StartH2D        DE DRAM -> DE CNIC (loopback) -> DE HBM  -> core.on_h2d_done(request)
 StartPersist    [DE HBM -> CNIC ->] DRAM -> SNIC -> storage -> core.on_persist_done(request, tokens)
-DecodeChanged   a DE node's running batch changed: re-time its decode steps
+DecodeChanged   a request joins a DE node's batch: idle, core.start_decode_run(node); running,
+                cut at the next step boundary if core.decode_cut_wanted(node)
 TokenMilestone  token 1 (prefill end), 2 (first decode step) and the last one were produced
 RequestDone     the request finished and its KV is persisted: the agent may send its next round
 

@@ -1,9 +1,10 @@
 """Decode engines (DEs) of one node, lock-stepped, advanced in whole runs of steps.
 
 NOTE: a decode step's time is constant while the batch is unchanged, so a driver need not take one
-event per step: it asks `steps_to_next_event()` (the next token of interest of any request: the
-second token, a filled Full Block to persist, or the last token), runs that many steps, and calls
-`advance(steps)`. The runtime calls `advance(1)` after every real step; both see the same events.
+event per step: the core gives it runs up to the next batch change (`steps_to_next_batch_change`, a
+last token; `ClusterCore.start_decode_run` caps them), and `advance(steps)` returns every token of
+interest of the run (a second token, a filled Full Block to persist, a last token) with the step it
+came at. Runs of any length see the same events.
 
 Requests are tracked lazily against the node's step counter (a calendar: each request sits in the
 bucket of its next event step, and a small heap holds the steps that have a bucket), so a run costs
@@ -108,6 +109,7 @@ class DecodeNode:
         return tuple((e.running, e.ctx_base + e.running * self.steps_done) for e in self.engines)
 
     def steps_to_next_event(self) -> int:
+        """Steps until the next token of interest of any request (inspection: the calendar's head)."""
         return max(1, self._event_steps[0] - self.steps_done) if self._event_steps else 0
 
     def steps_to_next_batch_change(self) -> int:
