@@ -171,3 +171,17 @@ def test_oracle_persists_through_the_cores_commands() -> None:
         assert cluster.done[rid]["times_s"]["finished"] >= landed - 0.0  # done only once written
     kinds = [(m["type"], m["rid"]) for _, _, m in cluster.sent if m["type"] in ("persist", "done")]
     assert kinds.index(("persist", 0)) < kinds.index(("done", 0))
+
+
+def test_a_decode_report_of_no_run_in_flight_is_dropped() -> None:
+    """A DE that was marked down may still send a run's end it computed before; after it joined again
+    (or once nothing runs) that report is stale: dropped, the core's decode books untouched."""
+    driver = RuntimeDriver(small_config("dualpath"))
+    cluster = FakeCluster(driver)
+    _workload(cluster, n=3)
+    cluster.run()
+    node = driver.node_id("d0")
+    steps_before = driver.core.de_nodes[node].steps_done
+    stale = {"type": "decode_done", "node": "d0", "step": 1, "steps": 1, "tokens": []}
+    assert driver.handle(stale, cluster.now_s + 1.0) == []
+    assert driver.core.de_nodes[node].steps_done == steps_before

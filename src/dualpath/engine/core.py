@@ -546,8 +546,8 @@ class ClusterCore:
         return self.de_nodes[node_id].shape()
 
     def advance_decode(self, node_id: int, steps: int, now_s: float) -> list[Command]:
-        """The run in flight ended after `steps` steps (all it was given, or fewer: cut for a joiner,
-        or the runtime's single steps); call `start_decode_run` for the next."""
+        """The run in flight ended after `steps` steps (all it was given, or fewer: cut for a joiner, or
+        every request in it ended early); call `start_decode_run` for the next."""
         out: list[Command] = []
         node = self.de_nodes[node_id]
         assert 1 <= steps <= node.run_steps, (node_id, steps, node.run_steps)

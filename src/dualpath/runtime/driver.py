@@ -246,8 +246,12 @@ class RuntimeDriver:
 
     def _decode_done(self, event: Message, now_s: float) -> Outgoing:
         """A run ended after `steps` steps (all it was asked, or fewer when cut for a joiner); its
-        tokens per request, in order. The core advances by the steps actually run, as the sim does."""
+        tokens per request, in order. The core advances by the steps actually run, as the sim does. A
+        report of no run in flight (one the node sent before it was marked down and joined again) is stale."""
         node = self.node_id(event["node"])
+        stale = "step" in event and int(event["step"]) != self._decode_step[node]
+        if stale or not self.core.de_nodes[node].run_steps:
+            return []
         out: Outgoing = [
             (CLIENT, {"type": "tokens", "rid": int(rid), "token_ids": _ids(tokens)})
             for rid, tokens in event.get("tokens", ())
