@@ -4,9 +4,9 @@ NOTE: the driver makes no decision. It executes the core's commands as flows and
 core back when they finish; the cost model says how long GPU work takes. Shortcuts that keep 1,152
 GPUs fast (DESIGN §4 "sim"): one step event per lock-stepped node, one flow per hop per batch with the
 layerwise pipeline in closed form (`prefill_timing`), decode advanced in runs of steps between batch
-changes (a last token or a joiner), group fetches on change (coalesced to one per instant), and KV
-persistence through one write pipe per DE engine (D2H) and per node (SNIC) that carries every block
-queued while its previous write was in flight.
+changes as the core sets them (a last token or a joiner), group fetches as the core wants them
+(`wants_fetch`, coalesced to one per instant), and KV persistence through one write pipe per DE engine
+(D2H) and per node (SNIC) that carries every block queued while its previous write was in flight.
 """
 
 from __future__ import annotations
