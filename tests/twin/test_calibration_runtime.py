@@ -22,6 +22,7 @@ from dualpath.twin.calibration_runtime import (
     efficiencies,
     factors,
     pooled,
+    twin_engine_work,
 )
 from dualpath.twin.predict import predict
 
@@ -52,17 +53,29 @@ def test_factors_are_per_piece_ratios_a_background_and_the_mean_restart() -> Non
 
 
 def test_replays_pool_by_sums_so_the_factors_weigh_each_replay_by_its_work() -> None:
-    a = _measured(seed=1.0, prefill_tokens_per_s=4000.0)
+    a = _measured(seed=1.0, prefill_tokens_per_s=4000.0, external_cores=0.2)
     b = _measured(pe_engine=6.0, wall_s=8.0, decode_restarts=30.0, decode_restart_s=0.25, seed=2.0,
-                  prefill_tokens_per_s=8000.0)  # fmt: skip
+                  prefill_tokens_per_s=8000.0, external_cores=0.6)  # fmt: skip
     both = pooled([a, b])
     assert both["pe_engine"] == 8.0 and both["wall_s"] == 12.0 and both["replays"] == 2.0
     assert both["prefill_tokens_per_s"] == 6000.0 and "seed" not in both
+    assert both["external_cores"] == pytest.approx(0.4)  # a condition of the replays, not a sum
     charged = pooled([{"pe_engine": 1.0, "de_engine": 1.0, "serve": 0.1, "client": 0.2},
                       {"pe_engine": 2.0, "de_engine": 1.0, "serve": 0.1, "client": 0.2}])  # fmt: skip
     f = factors(both, charged)
     assert f["pe_engine"] == pytest.approx(8.0 / 3.0)  # (2 + 6) / (1 + 2), not the ratios' mean 2.5
     assert f["decode_restart_s"] == pytest.approx(0.3 / 40)
+
+
+def test_the_twin_replays_a_training_run_with_the_other_jobs_cores_it_had() -> None:
+    # Other jobs' load during a training replay is the machine's condition, as in validate: the twin
+    # replays it with that capacity, so the efficiencies do not absorb it (and validate count it twice).
+    cal, spec = load_calibration(CALIBRATION), RuntimeClusterSpec(snic_bytes_per_s=6e6, cnic_bytes_per_s=48e6)
+    twin = {
+        e: twin_engine_work(spec, cal, "oracle", {"seed": 3.0, "external_cores": e}, {}) for e in (0.0, 1.0)
+    }
+    assert twin[1.0]["pe_engine_wall_s"] > 1.3 * twin[0.0]["pe_engine_wall_s"]
+    assert twin[1.0]["pe_engine_busy_cpu_s"] == pytest.approx(twin[0.0]["pe_engine_busy_cpu_s"], rel=0.05)
 
 
 def test_cpu_by_group_counts_what_each_thread_used_between_snapshots() -> None:

@@ -13,7 +13,8 @@ from dualpath.cli.main import main
 from dualpath.cli.twin_tables import format_tables, plot_ttft
 from dualpath.runtime.cluster import RuntimeClusterSpec
 from dualpath.twin import load_calibration
-from dualpath.twin.predict import predict, sim_config, sim_hardware, twin_simulation
+from dualpath.twin.calibration import NO_FACTORS
+from dualpath.twin.predict import RuntimeStepCosts, predict, sim_config, sim_hardware, twin_simulation
 from dualpath.twin.validate import ModeResult, error_pct
 
 CALIBRATION = Path(__file__).parent / "data" / "cal-cpu.toml"
@@ -54,6 +55,20 @@ def test_prediction_has_the_compared_metrics(cal, mode: str) -> None:  # type: i
     # Persisted bytes exclude the store's per-block fixed time that rides on the persist path.
     written = sum(d["tx"] for d in metrics["snic_bytes"].values())
     assert written > 0 and all(d["tx"] >= 0 for d in metrics["snic_bytes"].values())
+
+
+def test_a_forward_costs_its_items_computed_one_after_another(cal) -> None:  # type: ignore[no-untyped-def]
+    # The PE runs one `prefill_layer` per item and layer (pe_executor._step): each item pays its weight
+    # reads and call overheads, which the cost model's batched form shares across a batch.
+    cluster = sim_config(_spec(), cal, "dualpath").cluster
+    costs = RuntimeStepCosts(cal.cost_model, cal.overheads, NO_FACTORS, cluster, oracle=False)
+    items = [(256, 16), (512, 8), (128, 40), (384, 12)]  # a hit round: small appends over cached rows
+    compute_s = lambda batch: costs.prefill_step_s([batch], 0)[0] - costs.forward_fixed_s([batch])  # noqa: E731
+    assert compute_s(items) == pytest.approx(sum(compute_s([item]) for item in items))
+    assert compute_s(items) > 1.3 * cal.cost_model.prefill_step_s([items], 0)[0]
+    assert costs.prefill_step_s([items], 0)[1] == pytest.approx(
+        sum(cal.cost_model.prefill_step_s([[item]], 0)[1] for item in items)
+    )
 
 
 def _jct(cal, mode: str, spec: RuntimeClusterSpec | None = None, **overheads: float) -> float:  # type: ignore[no-untyped-def]

@@ -92,15 +92,8 @@ def measure_forward_python(model: Any, repeats: int, tick: Tick) -> dict[str, li
             for items in ITEM_COUNTS:
                 for cached in CACHED_TOKENS:
                     tick(f"forward python {'layerwise' if layerwise else 'whole'} x{items} +{cached}")
-                    ids = [
-                        [
-                            int(t)
-                            for t in torch.randint(
-                                model.config.vocab_size, (_NEW_TOKENS,), generator=generator
-                            )
-                        ]
-                        for _ in range(items)
-                    ]
+                    shape = (items, _NEW_TOKENS)
+                    ids = torch.randint(model.config.vocab_size, shape, generator=generator).tolist()
                     _forward(model, ids, cached, layerwise, io, tx)  # warm-up
                     samples = [_forward(model, ids, cached, layerwise, io, tx) for _ in range(repeats)]
                     out["layerwise"].append(float(layerwise))

@@ -42,6 +42,9 @@ class NullBackend:
     def detokenize(self, token_ids: list[int]) -> str:
         return ""
 
+    def admission_error(self, prompt_tokens: int, max_tokens: int) -> str | None:
+        return None  # the API asks the backend as it asks the scheduler's (`api._Api.max_tokens`)
+
     def is_ready(self) -> bool:
         return True
 
@@ -61,12 +64,14 @@ class NullBackend:
 
 
 def _serve(port: int) -> None:
+    """The API as `serve` runs it: inside its request limits (`runtime.limits` reads the body first)."""
     import uvicorn
 
     from dualpath.runtime.api import build_app
+    from dualpath.runtime.limits import RequestLimits, ServeLimits
 
-    config = uvicorn.Config(build_app(NullBackend()), host="127.0.0.1", port=port, log_level="warning",
-                            lifespan="off")  # fmt: skip
+    app = RequestLimits(build_app(NullBackend()), ServeLimits())
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
     uvicorn.Server(config).run()
 
 

@@ -25,7 +25,7 @@ import httpx
 from dualpath.runtime.os_thread import ENGINE_THREAD_NAMES
 from dualpath.runtime.prom import parse_decode_restarts, parse_engine_work
 from dualpath.twin.calibration import NO_FACTORS, Tick
-from dualpath.twin.host_load import clock_ticks_per_s, descendants, parse_stat
+from dualpath.twin.host_load import HostLoadSampler, clock_ticks_per_s, descendants, parse_stat
 
 _REPORT_WAIT_S = 0.1  # a few node report intervals (runtime/node.py: 20 ms)
 # Never a validate default. Three replays per mode, pooled (sums of CPU, charged CPU and wall): one
@@ -47,6 +47,7 @@ PER_PIECE = ("pe_engine", "de_engine", "client")
 # scheduler beyond its charged messages: cores in the background, their CPU per second of the replay.
 IO_GROUPS = ("pe_io", "de_io")
 RATE_KEYS = ("prefill_tokens_per_s", "attention_s_per_token_pair")
+MEAN_KEYS = (*RATE_KEYS, "external_cores")  # a replay's conditions: pooled as their mean
 
 
 def _thread_ticks(pid: int) -> dict[int, tuple[str, int]]:
@@ -135,15 +136,15 @@ def measure_runtime_cpu(
 
 
 def _replay(url: str, seed: int, plans: Any) -> dict[str, float]:
-    """One training replay on a running cluster: CPU per group, wall, decode restarts, scheduler rates."""
+    """One training replay: CPU per group, wall, decode restarts, scheduler rates, other jobs' cores."""
     from dualpath.runtime.loadgen import run_bench
 
     health = httpx.get(f"{url}/health", timeout=10).json()
     before = snapshot(os.getpid())
-    result = asyncio.run(run_bench(url, plans, vocab_size=256, seed=seed, progress=False))
+    with HostLoadSampler(os.getpid()) as host:
+        result = asyncio.run(run_bench(url, plans, vocab_size=256, seed=seed, progress=False))
     out = cpu_by_group(before, snapshot(os.getpid()))
-    out["wall_s"] = result.wall_s
-    out["seed"] = float(seed)
+    out["wall_s"], out["seed"], out["external_cores"] = result.wall_s, float(seed), host.cores() or 0.0
     time.sleep(_REPORT_WAIT_S)  # the DEs' last reports reach /metrics
     metrics = httpx.get(f"{url}/metrics", timeout=10).text
     out["decode_restarts"], out["decode_restart_s"] = parse_decode_restarts(metrics)
@@ -157,13 +158,13 @@ def _replay(url: str, seed: int, plans: Any) -> dict[str, float]:
 
 
 def pooled(replays: Sequence[Mapping[str, float]]) -> dict[str, float]:
-    """Replays summed (CPU per group, wall, restarts and their total wait); the rates' mean, for reading."""
+    """Replays summed (CPU per group, wall, restarts and their total wait); `MEAN_KEYS` averaged."""
     out = {
         k: sum(float(r.get(k, 0.0)) for r in replays)
         for k in replays[0]
-        if k not in RATE_KEYS and k != "seed"
+        if k not in MEAN_KEYS and k != "seed"
     }
-    for key in RATE_KEYS:
+    for key in MEAN_KEYS:
         if key in replays[0]:
             out[key] = sum(float(r.get(key, 0.0)) for r in replays) / len(replays)
     out["replays"] = float(len(replays))
@@ -173,15 +174,16 @@ def pooled(replays: Sequence[Mapping[str, float]]) -> dict[str, float]:
 def _twin_on_replay(
     spec: Any, calibration: Any, mode: str, measured: Mapping[str, float], cpu_factors: Mapping[str, float]
 ) -> dict[str, Any]:
-    """The twin's metrics for one training replay: its seed's trace, an idle host, that run's scheduler
-    constants, `cpu_factors`."""
+    """The twin's metrics for one training replay: its seed's trace, that run's other jobs' cores and
+    scheduler constants, `cpu_factors`."""
     from dualpath.twin.predict import predict
     from dualpath.twin.validate import trace_rounds
 
     rates = {k: measured[k] for k in RATE_KEYS if measured.get(k, 0.0) > 0.0}
     seed = int(measured["seed"])
     metrics, _ = predict(spec, calibration, mode, trace_rounds(training_options(seed)), seed=seed,
-                         cpu_factors=cpu_factors, scheduler_rates=rates)  # fmt: skip
+                         cpu_factors=cpu_factors, scheduler_rates=rates,
+                         external_cores=float(measured.get("external_cores", 0.0)))  # fmt: skip
     return metrics
 
 

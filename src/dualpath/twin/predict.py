@@ -39,9 +39,11 @@ _HOST_TERMS = ("http_leg_s", "http_leg_s_per_prompt_token", "http_cpu_s", "http_
 
 
 class RuntimeStepCosts:
-    """The calibrated cost model in CPU seconds as the runtime's engine threads spend them: a forward
-    also pays its head, its Python work and a control round trip (and in oracle its hit's store read),
-    each piece times its group's in-situ factor (twin/calibration_runtime.py)."""
+    """The calibrated cost model in CPU seconds as the runtime's engine threads spend them: a forward is
+    the sum of its items' own forwards (the PE computes item after item, `pe_executor._step`, so each
+    reads the weights and pays the call overheads again: the cost model's batched form shares them), plus
+    its head, Python work and a control round trip (and in oracle its hit's store read), each piece times
+    its group's in-situ factor (twin/calibration_runtime.py)."""
 
     def __init__(
         self, base: CostModel, o: CalibrationOverheads, factors: Mapping[str, float], cluster: ClusterSpec,
@@ -55,7 +57,9 @@ class RuntimeStepCosts:
     def prefill_step_s(
         self, per_gpu_batches: Sequence[Sequence[tuple[int, int]]], layer_index: int
     ) -> tuple[float, float, list[float]]:
-        forward_s, layer_s, attention = self._base.prefill_step_s(per_gpu_batches, layer_index)
+        attention = self._base.prefill_step_s(per_gpu_batches, layer_index)[2]
+        items = [self._base.prefill_step_s([[item]], layer_index) for b in per_gpu_batches for item in b]
+        forward_s, layer_s = sum(i[0] for i in items), sum(i[1] for i in items)
         own_s = (forward_s + self.forward_fixed_s(per_gpu_batches)) * self._pe
         return own_s + self.oracle_pe_read_s(per_gpu_batches) * self._pe, layer_s * self._pe, attention
 

@@ -37,13 +37,9 @@ class ModeResult:
         return {k: error_pct(self.measured.get(k), self.predicted.get(k)) for k in COMPARED}
 
     def to_dict(self) -> dict[str, Any]:
-        strip = ("ttft_series",)
-        return {
-            "measured": {k: v for k, v in self.measured.items() if k not in strip},
-            "predicted": {k: v for k, v in self.predicted.items() if k not in strip},
-            "error_pct": self.error_pct(),
-            "runs": list(self.runs),
-        }
+        out = {side: {k: v for k, v in getattr(self, side).items() if k != "ttft_series"}
+               for side in ("measured", "predicted")}  # fmt: skip
+        return {**out, "error_pct": self.error_pct(), "runs": list(self.runs)}
 
 
 def mean_of(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
