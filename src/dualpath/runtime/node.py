@@ -69,6 +69,14 @@ def _notice_loop(links: NodeLinks, engine: Engine, stop: threading.Event) -> Non
             engine.on_notice(notice)
 
 
+def stop_from_signal(stop: threading.Event) -> None:
+    """Set `stop` from a signal handler without taking its lock on the main thread: the handler runs
+    between two bytecodes of the main thread, which may be inside `stop.set()` itself (the node's own
+    shutdown) holding that lock, and `Event.set` again there would wait on it for ever (an orphan
+    node). A short thread sets it instead, once the main thread lets go."""
+    threading.Thread(target=stop.set, name="signal-stop", daemon=True).start()
+
+
 def run_node(options: NodeOptions, spec: RuntimeClusterSpec) -> int:
     """The node's main loop: hello, then reports every few ms, until SIGTERM/SIGINT or the scheduler says stop."""
     torch.set_num_threads(1)  # one engine = one "GPU"; the host has few cores to share (brief: 2)
@@ -77,7 +85,7 @@ def run_node(options: NodeOptions, spec: RuntimeClusterSpec) -> int:
     sys.setswitchinterval(_SWITCH_INTERVAL_S)
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: stop.set())
+        signal.signal(signum, lambda *_: stop_from_signal(stop))
     try:
         model = build_model(spec.model, device=spec.device, seed=spec.seed, dtype=spec.dtype)
     except Exception as error:  # noqa: BLE001 - any failure here is the start-up failure to report
