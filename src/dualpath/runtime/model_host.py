@@ -8,6 +8,7 @@ model from it, and the scheduler its tokenizer; KV bytes per token follow from t
 
 from __future__ import annotations
 
+import statistics
 import time
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from dualpath.runtime.model.tokenizer import Tokenizer, load_tokenizer
 from dualpath.runtime.model.transformer import Transformer
 
 _WARMUP_TOKENS = 256  # a prompt long enough that per-call overheads do not dominate the measured rate
+_PAIR_REPEATS = 3  # pairs of forwards timed for the attention cost (its median)
 
 
 def is_preset(model: str) -> bool:
@@ -75,16 +77,20 @@ def measure_prefill_tokens_per_s(model: Transformer) -> float:
 
 
 def measure_attention_s_per_token_pair(model: Transformer) -> float:
-    """The §6.4 predictor's quadratic term: extra seconds per (new × cached) token pair, measured as the
-    difference between a forward of `_WARMUP_TOKENS` new tokens over a long cached prefix and over none."""
+    """The §6.4 predictor's cost per query-key pair (`policy.inputs.pairwise_attention_time`): extra
+    seconds per (new × cached) token pair, the difference between a forward of `_WARMUP_TOKENS` new tokens
+    over a long cached prefix and over none. The median of `_PAIR_REPEATS` pairs of forwards: the quota
+    predictor is this term alone, and one pair of timings moved it by ±40 % between node starts."""
     cached_tokens = 3 * _WARMUP_TOKENS
     prefix = model.prefill(torch.arange(cached_tokens) % model.config.vocab_size).kv
     ids = torch.arange(_WARMUP_TOKENS) % model.config.vocab_size
     model.prefill(ids, prefix)  # warm
-    start = time.perf_counter()
-    model.prefill(ids)
-    bare_s = time.perf_counter() - start
-    start = time.perf_counter()
-    model.prefill(ids, prefix)
-    over_prefix_s = time.perf_counter() - start
-    return max(0.0, over_prefix_s - bare_s) / (_WARMUP_TOKENS * cached_tokens)
+    extra_s = []
+    for _ in range(_PAIR_REPEATS):
+        start = time.perf_counter()
+        model.prefill(ids)
+        bare_s = time.perf_counter() - start
+        start = time.perf_counter()
+        model.prefill(ids, prefix)
+        extra_s.append(time.perf_counter() - start - bare_s)
+    return max(0.0, statistics.median(extra_s)) / (_WARMUP_TOKENS * cached_tokens)
