@@ -25,6 +25,7 @@ from typing import Any
 
 import httpx
 
+from dualpath.integrations.vllm.paths import mode_table
 from dualpath.integrations.vllm.router import Router, RouterConfig, make_app
 from dualpath.integrations.vllm.servers import vllm_server
 from dualpath.integrations.vllm.tiny_model import VOCAB, write_tiny_llama
@@ -147,15 +148,5 @@ def run_cluster_demo(
 
 
 def format_cluster_summary(summary: dict[str, Any]) -> str:
-    lines = [
-        f"{'mode':9s} {'JCT s':>7s} {'TTFT s':>7s} {'tok/s':>7s} {'reads pe/de':>11s}  SNIC share of JCT"
-    ]
-    for mode, r in summary["modes"].items():
-        shares = "  ".join(f"{n} {v['share_of_jct']:4.0%}" for n, v in r["snic"].items())
-        lines.append(
-            f"{mode:9s} {r['jct_s']:7.2f} {r['ttft_mean_s']:7.2f} {r['tokens_per_s']:7.1f} "
-            f"{r['pe_reads']:5d}/{r['de_reads']:<5d}  {shares}"
-        )
-    if "basic_over_dualpath_jct" in summary:
-        lines.append(f"basic/dualpath JCT {summary['basic_over_dualpath_jct']:.2f}x")
-    return "\n".join(lines)
+    return mode_table(summary, tokens_per_s_key="tokens_per_s", snic_header="SNIC share of JCT",
+                      snic_share=lambda v: float(v["share_of_jct"]))  # fmt: skip

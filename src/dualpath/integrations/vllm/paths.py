@@ -266,14 +266,24 @@ def run_paths(options: PathsOptions, say: Callable[[str], None] = lambda _: None
     return summary
 
 
-def format_summary(summary: dict[str, Any]) -> str:
-    lines = [f"{'mode':9s} {'JCT s':>7s} {'TTFT s':>7s} {'tok/s':>7s} {'reads pe/de':>11s}  SNIC utilisation"]
+def mode_table(
+    summary: dict[str, Any], *, tokens_per_s_key: str, snic_header: str, snic_share: Callable[[Any], float]
+) -> str:
+    """One row per mode (JCT, TTFT, tok/s, reads per side, a share per SNIC) and the basic/dualpath ratio:
+    the table of this benchmark and of the demo through the router (`cluster_demo`)."""
+    lines = [f"{'mode':9s} {'JCT s':>7s} {'TTFT s':>7s} {'tok/s':>7s} {'reads pe/de':>11s}  {snic_header}"]
     for mode, r in summary["modes"].items():
-        utils = "  ".join(f"{n} {u:4.0%}" for n, u in r["snic_utilisation"].items())
+        shares = "  ".join(f"{n} {snic_share(v):4.0%}" for n, v in r["snic"].items())
         lines.append(
-            f"{mode:9s} {r['jct_s']:7.2f} {r['ttft_mean_s']:7.2f} {r['output_tokens_per_s']:7.1f} "
-            f"{r['pe_reads']:5d}/{r['de_reads']:<5d}  {utils}"
+            f"{mode:9s} {r['jct_s']:7.2f} {r['ttft_mean_s']:7.2f} {r[tokens_per_s_key]:7.1f} "
+            f"{r['pe_reads']:5d}/{r['de_reads']:<5d}  {shares}"
         )
     if "basic_over_dualpath_jct" in summary:
         lines.append(f"basic/dualpath JCT {summary['basic_over_dualpath_jct']:.2f}x")
     return "\n".join(lines)
+
+
+def format_summary(summary: dict[str, Any]) -> str:
+    modes = {m: {**r, "snic": r["snic_utilisation"]} for m, r in summary["modes"].items()}
+    return mode_table({**summary, "modes": modes}, tokens_per_s_key="output_tokens_per_s",
+                      snic_header="SNIC utilisation", snic_share=float)  # fmt: skip
