@@ -606,7 +606,11 @@ class ClusterCore:
         node.release(e, request.gen_tokens - generated_tokens)  # `_finish` releases the rest
         request.gen_tokens = generated_tokens
         node.shorten(request)
-        self.scheduler.note_de_freed(e.node_id)
+        self._de_freed(e.node_id)
+
+    def _de_freed(self, node_id: int) -> None:
+        """DE HBM on `node_id` was freed: its group's router view is stale and a placement may fit now."""
+        self.scheduler.note_de_freed(node_id)
         self._fetch_wanted = True
 
     def _finish(self, request: Request) -> list[Command]:
@@ -615,8 +619,7 @@ class ClusterCore:
         e = self.de_engine(request.de_engine)
         self.de_nodes[e.node_id].release(e, request.total_tokens)
         e.seq -= 1
-        self.scheduler.note_de_freed(e.node_id)
-        self._fetch_wanted = True
+        self._de_freed(e.node_id)
         request.phase = Phase.DONE
         if self._persists.get(request.request_id, 0):
             return []
@@ -762,8 +765,7 @@ class ClusterCore:
             return []  # joined the batch's books (a decode run): its DE ends it instead
         node.release(e, request.total_tokens)
         e.seq -= 1
-        self.scheduler.note_de_freed(e.node_id)
-        self._fetch_wanted = True
+        self._de_freed(e.node_id)
         return []
 
     def _requeue(self, request: Request) -> list[Command]:
