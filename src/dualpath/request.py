@@ -51,7 +51,7 @@ _FIELDS = (
 )
 
 
-def usable_hit_tokens(persisted_tokens: int, prompt_tokens: int, block_tokens: int) -> int:
+def hit_tokens_for(persisted_tokens: int, prompt_tokens: int, block_tokens: int) -> int:
     """The hit a round gets from its prompt's persisted prefix: whole Full Blocks only, leaving at least
     one prompt token to compute (the PE's last forward yields token 1)."""
     return min(persisted_tokens // block_tokens, (prompt_tokens - 1) // block_tokens) * block_tokens

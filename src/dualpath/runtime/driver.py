@@ -413,7 +413,6 @@ class RuntimeDriver:
                         "cached_tokens": it.cached_tokens,
                         "new_tokens": it.new_tokens,
                         "hit_tokens": r.hit_tokens,
-                        "usable_hit_tokens": r.hit_tokens,
                         "pe_read_tokens": r.pe_read_tokens,
                         "de_read_tokens": r.de_read_tokens,
                         "load_pe_tokens": it.load_pe_tokens,

@@ -10,8 +10,8 @@ layer-major (for each layer, each item's compute), driven by the core's `Layerwi
     compute tokens [valid, cached + new); out ─PE CNIC─► the DE's landing region: the new rows, plus on
     the first chunk the PE-side hit rows (the DE does not have them)
 
-A corrupt block found by a read makes `usable_hit_tokens` < `hit_tokens`: the first chunk then computes
-from `usable` instead of `cached` (the PE recomputes those rows in the same forward).
+A corrupt block found by a read shrinks the request's hit in the core (`ClusterCore.on_read_done`): the
+step items then say the smaller `hit_tokens`, and the first chunk computes the lost rows.
 `step_done` goes to the scheduler when the last layer is computed (GPU free); `kv_out_done` once every
 send of the step left, behind them on the FIFO transmit thread (with a `kv_done` notice to each DE).
 """
@@ -191,7 +191,7 @@ class PrefillExecutor:
                 "token_ids": body["token_ids"][:cached],
             }
             self._read(inline, report=False)
-        valid = min(cached, int(body["usable_hit_tokens"])) if first else cached
+        valid = cached  # the core's cached prefix: a lost block already shrank the hit
         pe_limit = state.pe_rows if state.region is not None else 0
         pe_rows = min(pe_limit, valid)
         item = _Item(body=body, state=state, valid=valid, pe_rows=pe_rows, end=cached + new, first=first)

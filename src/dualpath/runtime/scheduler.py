@@ -30,7 +30,7 @@ import zmq.asyncio
 
 from dualpath.kvcache import FileStore, block_keys
 from dualpath.protocol.errors import ProtocolError
-from dualpath.request import usable_hit_tokens
+from dualpath.request import hit_tokens_for
 from dualpath.runtime.api import CompletionRequest, TokenChunk
 from dualpath.runtime.cluster import ClusterConfigError, RuntimeClusterSpec
 from dualpath.runtime.control import Message, decode, encode
@@ -157,7 +157,7 @@ class ClusterScheduler:
         assert self.driver is not None
         bt = self.spec.block_tokens
         ids = list(api.prompt_token_ids)
-        hit_tokens = usable_hit_tokens(self.store.hit_blocks(block_keys(ids, bt)) * bt, len(ids), bt)
+        hit_tokens = hit_tokens_for(self.store.hit_blocks(block_keys(ids, bt)) * bt, len(ids), bt)
         now = self.clock()
         sampling = self.request_sampling(api)
         rid, out = self.driver.submit(
@@ -205,7 +205,7 @@ class ClusterScheduler:
             return []
         bt = self.spec.block_tokens
         ids = list(live.api.prompt_token_ids) + live.out_ids
-        hit_tokens = usable_hit_tokens(self.store.hit_blocks(block_keys(ids, bt)) * bt, len(ids), bt)
+        hit_tokens = hit_tokens_for(self.store.hit_blocks(block_keys(ids, bt)) * bt, len(ids), bt)
         sampling = live.sampling or self.request_sampling(live.api)
         if sampling.min_tokens:
             sampling = replace(sampling, min_tokens=max(0, sampling.min_tokens - len(live.out_ids)))

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dualpath.request import Request, usable_hit_tokens
+from dualpath.request import Request, hit_tokens_for
 
 Round = tuple[int, int]  # (append_tokens, gen_tokens)
 
@@ -95,7 +95,7 @@ class Agent:
             trajectory_id=self.agent_id,
             round_index=self.next_round,
             prompt_tokens=prompt,
-            hit_tokens=usable_hit_tokens(self.hit_tokens, prompt, block_tokens),
+            hit_tokens=hit_tokens_for(self.hit_tokens, prompt, block_tokens),
             gen_tokens=gen,
             arrival_s=now_s,
         )

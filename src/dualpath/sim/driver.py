@@ -25,7 +25,7 @@ from dualpath.engine.core import ClusterCore, CoreConfig
 from dualpath.engine.modes import get_mode
 from dualpath.policy.decisions import Assignment, DecisionLog
 from dualpath.policy.inputs import PolicyInputs
-from dualpath.request import Request, usable_hit_tokens
+from dualpath.request import Request, hit_tokens_for
 from dualpath.sim.agents import Agent, Round
 from dualpath.sim.cost import CostModel, gpu_cost_model
 from dualpath.sim.early_stop import EarlyStop, EarlyStopWatch
@@ -448,7 +448,7 @@ class Simulation:
             trajectory_id=r.trajectory_id,
             round_index=r.round_index,
             prompt_tokens=prompt,
-            hit_tokens=usable_hit_tokens(persisted, prompt, block),
+            hit_tokens=hit_tokens_for(persisted, prompt, block),
             gen_tokens=max(1, r.gen_tokens - r.generated_tokens),
             arrival_s=now,
         )
