@@ -131,14 +131,14 @@ def drive(
         c = todo.pop(0)
         seen.append(c)
         if isinstance(c, cmd.StartRead):
-            todo += core.on_read_done(c.node_id, c.request.request_id, 0.0)
+            todo += core.on_read_done(c.node_id, c.request_id, 0.0)
         elif isinstance(c, cmd.StartPrefillStep):
             todo += core.on_prefill_step_done(c.node_id, c.step_id, 0.0)
             todo += core.on_kv_out_done(c.node_id, c.step_id, 0.0)
         elif isinstance(c, cmd.StartH2D):
-            todo += core.on_h2d_done(c.request.request_id, 0.0)
+            todo += core.on_h2d_done(c.request_id, 0.0)
         elif isinstance(c, cmd.StartPersist):
-            todo += core.on_persist_done(c.request.request_id, c.from_hbm, 0.0)
+            todo += core.on_persist_done(c.request_id, c.from_hbm, 0.0)
         core.check_invariants()
     return seen
 
@@ -153,7 +153,7 @@ def test_every_request_finishes_and_frees_everything(mode: str) -> None:
     core = make_core(mode)
     reqs = requests(12)
     seen = drive(core, reqs)
-    done = [c.request.request_id for c in seen if isinstance(c, cmd.RequestDone)]
+    done = [c.request_id for c in seen if isinstance(c, cmd.RequestDone)]
     assert sorted(done) == list(range(12))
     assert all(r.phase is Phase.DONE for r in reqs)
     assert core.active_requests == 0
@@ -168,7 +168,7 @@ def test_milestones_are_one_two_and_last() -> None:
     by_req: dict[int, list[int]] = {}
     for c in seen:
         if isinstance(c, cmd.TokenMilestone):
-            by_req.setdefault(c.request.request_id, []).append(c.token_index)
+            by_req.setdefault(c.request_id, []).append(c.token_index)
     gens = {r.request_id: r.gen_tokens for r in requests(4)}
     for rid, idx in by_req.items():
         assert idx == sorted(set([1, 2, gens[rid]]) & set(range(1, gens[rid] + 1)))
@@ -178,8 +178,59 @@ def test_decode_persists_every_filled_block_once() -> None:
     reqs = requests(6)
     seen = drive(make_core("dualpath"), reqs)
     for r in reqs:
-        persisted = sum(c.tokens for c in seen if isinstance(c, cmd.StartPersist) and c.request is r)
+        persisted = sum(
+            c.tokens for c in seen if isinstance(c, cmd.StartPersist) and c.request_id == r.request_id
+        )
         assert persisted == r.kv_tokens // 64 * 64 - r.hit_tokens
+
+
+def _plain(value: object) -> bool:
+    """Ints, floats, bools, strings, None, tuples of them, or a step's items."""
+    if value is None or isinstance(value, (int, float, str)):
+        return True
+    if isinstance(value, tuple):
+        return all(_plain(v) for v in value)
+    if isinstance(value, cmd.StepItem):
+        return all(_plain(getattr(value, f)) for f in value._fields)  # noqa: SLF001
+    return False
+
+
+@pytest.mark.parametrize("mode", sorted(MODES))
+def test_commands_carry_plain_values_not_the_cores_request(mode: str) -> None:
+    """A driver reads a command, never the core's live `Request` through it (vLLM's scheduler output
+    carries ids and counts the same way)."""
+    seen = drive(make_core(mode, d=2), requests(8))
+    assert seen
+    for c in seen:
+        assert all(_plain(getattr(c, f)) for f in c._fields), c  # noqa: SLF001
+
+
+def test_a_requests_persists_tile_its_blocks_and_its_reads_tile_its_hit() -> None:
+    """The ranges the commands name: each persist starts where the previous ended, from the hit to the
+    last Full Block; a split read's two parts are [0, pe) and [pe, hit)."""
+    reqs = requests(6)
+    seen = drive(make_core("dualpath", read_path="split", d=2), reqs)
+    split = 0
+    for r in reqs:
+        persists = [c for c in seen if isinstance(c, cmd.StartPersist) and c.request_id == r.request_id]
+        starts = [c.start_tokens for c in persists]
+        assert starts == [r.hit_tokens] + [c.end_tokens for c in persists[:-1]]
+        assert persists[-1].end_tokens == r.kv_tokens // 64 * 64
+        reads = sorted(
+            (c.start_tokens, c.start_tokens + c.tokens, c.pe_side)
+            for c in seen
+            if isinstance(c, cmd.StartRead) and c.request_id == r.request_id
+        )
+        parts = [(0, r.pe_read_tokens, True), (r.pe_read_tokens, r.hit_tokens, False)]
+        assert reads == [part for part in parts if part[1] > part[0]]
+        split += len(reads) == 2
+        last = [
+            c.token_index
+            for c in seen
+            if isinstance(c, cmd.TokenMilestone) and c.request_id == r.request_id and c.last
+        ]
+        assert last == [r.gen_tokens]
+    assert split  # some request read from both sides
 
 
 def test_basic_reads_only_on_prefill_nodes_and_dualpath_uses_both() -> None:
@@ -217,5 +268,5 @@ def test_cached_beta_groups_and_waiting_count_match_a_recount_through_a_run() ->
     core.check_invariants()
     assert core.scheduler.waiting == core.scheduler.waiting_recount() > 0
     seen = drive(core, [], first)
-    done = {c.request.request_id for c in seen if isinstance(c, cmd.RequestDone)}
+    done = {c.request_id for c in seen if isinstance(c, cmd.RequestDone)}
     assert done == set(range(24)) and core._pe_open == {0} and core.scheduler.waiting == 0

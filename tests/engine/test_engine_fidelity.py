@@ -36,11 +36,11 @@ def test_a_finished_read_starts_the_next_queued_read_on_its_node() -> None:
         core.submit(Request(request_id=i, trajectory_id=i, round_index=1, prompt_tokens=4096,
                             hit_tokens=4032, gen_tokens=8, arrival_s=0.0), 0.0)  # fmt: skip
     reads = [c for c in core.fetch(0.0) if isinstance(c, cmd.StartRead)]
-    assert [c.request.request_id for c in reads] == [0, 1]  # queue depth 2
+    assert [c.request_id for c in reads] == [0, 1]  # queue depth 2
     # Old behaviour: the next read waited for an unrelated event (a prefill freeing the buffer, a
     # new assignment), leaving the SNIC idle with reads queued.
     after = core.on_read_done(0, 0, 0.1)
-    started = [c.request.request_id for c in after if isinstance(c, cmd.StartRead)]
+    started = [c.request_id for c in after if isinstance(c, cmd.StartRead)]
     assert started == [2]
     assert core.readers[0].inflight == 2
     core.check_invariants()
@@ -82,9 +82,9 @@ def test_second_token_milestone_is_back_dated_by_the_steps_run_past_it() -> None
             todo += core.on_prefill_step_done(c.node_id, c.step_id, 0.0)
             todo += core.on_kv_out_done(c.node_id, c.step_id, 0.0)
         elif isinstance(c, cmd.StartH2D):
-            todo += core.on_h2d_done(c.request.request_id, 0.0)
+            todo += core.on_h2d_done(c.request_id, 0.0)
         elif isinstance(c, cmd.StartPersist):
-            todo += core.on_persist_done(c.request.request_id, c.from_hbm, 0.0)
+            todo += core.on_persist_done(c.request_id, c.from_hbm, 0.0)
         elif isinstance(c, cmd.DecodeChanged):
             steps = core.start_decode_run(c.node_id)
             todo += core.advance_decode(c.node_id, steps, 1.0)

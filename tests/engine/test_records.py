@@ -28,10 +28,14 @@ def test_each_record_shows_its_class_and_every_field_by_name() -> None:
     )
     assert repr(r).startswith("Request(request_id=7, trajectory_id=1, round_index=2, prompt_tokens=100, ")
     assert repr(r).endswith("persisted_tokens=64, parts_reading=0)")
-    event = DecodeEvent(request=r, step=3, second_token=True, persist_tokens=0, finished=False)
-    assert (
-        repr(event)
-        == f"DecodeEvent(request={r!r}, step=3, second_token=True, persist_tokens=0, finished=False)"
+    event = DecodeEvent(
+        request=r, step=3, second_token=True, persist_tokens=0, persisted_tokens=64, finished=False
     )
-    persist = StartPersist(de_engine=2, request=r, tokens=64, from_hbm=True)
-    assert repr(persist) == f"StartPersist(de_engine=2, request={r!r}, tokens=64, from_hbm=True)"
+    assert repr(event) == (
+        f"DecodeEvent(request={r!r}, step=3, second_token=True, persist_tokens=0, persisted_tokens=64, finished=False)"
+    )
+    persist = StartPersist(de_engine=2, request_id=7, start_tokens=64, tokens=64, from_hbm=True)
+    assert (
+        repr(persist) == "StartPersist(de_engine=2, request_id=7, start_tokens=64, tokens=64, from_hbm=True)"
+    )
+    assert persist.end_tokens == 128

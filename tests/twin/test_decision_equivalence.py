@@ -230,7 +230,7 @@ class Drive:
             )
             return out
         if event["type"] == "decode_done":
-            batch = [r.request_id for r in driver._batch[driver.node_id(event["node"])]]  # noqa: SLF001
+            batch = driver.core.decode_batch(driver.node_id(event["node"]))
             return driver.handle({**event, "tokens": [[rid, [1] * event["steps"]] for rid in batch]}, now_s)
         if event["type"] == "step_done":
             return driver.handle({**event, "first_tokens": []}, now_s)

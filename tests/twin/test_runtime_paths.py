@@ -136,7 +136,6 @@ def test_persists_of_one_de_node_cross_its_snic_fifo_like_the_runtime_writer(cal
     if ran_in_pure_python:  # the test patches the driver's `_persisted`
         return
     from dualpath.engine.commands import StartPersist
-    from dualpath.request import Request
 
     spec = _spec()
     op_s = 0.004
@@ -148,9 +147,7 @@ def test_persists_of_one_de_node_cross_its_snic_fifo_like_the_runtime_writer(cal
     de = sim.cluster.num_prefill_nodes * sim.cluster.hardware.gpus_per_node  # the first DE engine
     tokens = (64, 192)
     for rid, n in zip((10_000, 10_001), tokens, strict=True):  # at t = 0, before the trace persists
-        request = Request(request_id=rid, trajectory_id=rid, round_index=0, prompt_tokens=n, hit_tokens=0,
-                          gen_tokens=1, arrival_s=0.0)  # fmt: skip
-        sim._persist(StartPersist(de_engine=de, request=request, tokens=n, from_hbm=False))
+        sim._persist(StartPersist(de_engine=de, request_id=rid, start_tokens=0, tokens=n, from_hbm=False))
     link_s = [n * sim.kv_bytes / sim.cluster.hardware.snic_bytes_per_s for n in tokens]
     sim.sim.run(until_s=sum(link_s) + 2 * op_s)
     assert durable[10_000] == pytest.approx(link_s[0] + op_s, rel=1e-6)

@@ -1,10 +1,14 @@
 """Commands the core hands to its driver (frozen). The driver executes them and reports back.
 
-StartRead       storage -> node SNIC -> node DRAM        -> core.on_read_done(node, request)
+A command carries plain values only: ids, token counts, token ranges (as a vLLM scheduler output
+does), never the core's own `Request`, which the core goes on changing. A driver that needs more of a
+request's state asks the core (`ClusterCore.view`, `decode_joiners`, `decode_batch`) and gets a copy.
+
+StartRead       storage -> node SNIC -> node DRAM        -> core.on_read_done(node, request_id)
 StartPrefillStep one lock-stepped forward of a PE node   -> core.on_prefill_step_done(node, step)
                                                            core.on_kv_out_done(node, step)
-StartH2D        DE DRAM -> DE CNIC (loopback) -> DE HBM  -> core.on_h2d_done(request)
-StartPersist    [DE HBM -> CNIC ->] DRAM -> SNIC -> storage -> core.on_persist_done(request, tokens)
+StartH2D        DE DRAM -> DE CNIC (loopback) -> DE HBM  -> core.on_h2d_done(request_id)
+StartPersist    [DE HBM -> CNIC ->] DRAM -> SNIC -> storage -> core.on_persist_done(request_id, from_hbm)
 DecodeChanged   a request joins a DE node's batch: idle, core.start_decode_run(node); running,
                 cut at the next step boundary if core.decode_cut_wanted(node)
 TokenMilestone  token 1 (prefill end), 2 (first decode step) and the last one were produced
@@ -36,13 +40,28 @@ class _Command:
 
 
 class StartRead(_Command):
-    _fields = ("node_id", "request", "tokens")
+    """Read the request's hit tokens [start_tokens, start_tokens + tokens) from storage on `node_id`
+    (its PE-side part, or the DE-side part of a split read, §5)."""
+
+    _fields = ("node_id", "request_id", "start_tokens", "tokens", "prompt_tokens", "pe_side")
     __slots__ = _fields
 
-    def __init__(self, *, node_id: int, request: Request, tokens: int) -> None:
+    def __init__(
+        self,
+        *,
+        node_id: int,
+        request_id: int,
+        start_tokens: int,
+        tokens: int,
+        prompt_tokens: int,
+        pe_side: bool,
+    ) -> None:
         self.node_id = node_id
-        self.request = request
+        self.request_id = request_id
+        self.start_tokens = start_tokens
         self.tokens = tokens
+        self.prompt_tokens = prompt_tokens
+        self.pe_side = pe_side  # False: read by the request's DE node, forwarded over the CNICs
 
 
 class StepItem(_Command):
@@ -50,11 +69,18 @@ class StepItem(_Command):
 
     Sources of the KV loaded into PE HBM: `load_pe_tokens` from the PE buffer (PE CNIC loopback),
     `load_de_tokens` from the DE buffer (DE CNIC => PE CNIC). `out_tokens` go PE HBM => DE buffer.
+    `hit_tokens` is the usable hit (shrunk if a read lost a block); `pe_read_tokens` / `de_read_tokens`
+    the hit each side read; `gen_tokens` its output length.
     """
 
     _fields = (
-        "request",
+        "request_id",
         "pe_engine",
+        "de_engine",
+        "hit_tokens",
+        "pe_read_tokens",
+        "de_read_tokens",
+        "gen_tokens",
         "cached_tokens",
         "new_tokens",
         "load_pe_tokens",
@@ -67,8 +93,13 @@ class StepItem(_Command):
     def __init__(
         self,
         *,
-        request: Request,
+        request_id: int,
         pe_engine: int,
+        de_engine: int,
+        hit_tokens: int,
+        pe_read_tokens: int,
+        de_read_tokens: int,
+        gen_tokens: int,
         cached_tokens: int,
         new_tokens: int,
         load_pe_tokens: int,
@@ -76,8 +107,13 @@ class StepItem(_Command):
         out_tokens: int,
         completes_prefill: bool,
     ) -> None:
-        self.request = request
+        self.request_id = request_id
         self.pe_engine = pe_engine
+        self.de_engine = de_engine
+        self.hit_tokens = hit_tokens
+        self.pe_read_tokens = pe_read_tokens
+        self.de_read_tokens = de_read_tokens
+        self.gen_tokens = gen_tokens
         self.cached_tokens = cached_tokens
         self.new_tokens = new_tokens
         self.load_pe_tokens = load_pe_tokens
@@ -100,25 +136,37 @@ class StartPrefillStep(_Command):
 
 
 class StartH2D(_Command):
-    _fields = ("de_engine", "request", "tokens")
+    """The prompt's `tokens` of KV, DE buffer => DE HBM; its first `hit_tokens` came from storage."""
+
+    _fields = ("de_engine", "request_id", "tokens", "hit_tokens")
     __slots__ = _fields
 
-    def __init__(self, *, de_engine: int, request: Request, tokens: int) -> None:
+    def __init__(self, *, de_engine: int, request_id: int, tokens: int, hit_tokens: int) -> None:
         self.de_engine = de_engine
-        self.request = request
+        self.request_id = request_id
         self.tokens = tokens
+        self.hit_tokens = hit_tokens
 
 
 class StartPersist(_Command):
-    _fields = ("de_engine", "request", "tokens", "from_hbm")
+    """Write the Full Blocks of tokens [start_tokens, start_tokens + tokens) to storage."""
+
+    _fields = ("de_engine", "request_id", "start_tokens", "tokens", "from_hbm")
     __slots__ = _fields
 
-    def __init__(self, *, de_engine: int, request: Request, tokens: int, from_hbm: bool) -> None:
+    def __init__(
+        self, *, de_engine: int, request_id: int, start_tokens: int, tokens: int, from_hbm: bool
+    ) -> None:
         self.de_engine = de_engine
-        self.request = request
+        self.request_id = request_id
+        self.start_tokens = start_tokens
         self.tokens = tokens
         # Decode-time block: D2H through the CNIC first; prompt blocks leave DRAM directly.
         self.from_hbm = from_hbm
+
+    @property
+    def end_tokens(self) -> int:
+        return self.start_tokens + self.tokens
 
 
 class DecodeChanged(_Command):
@@ -130,23 +178,72 @@ class DecodeChanged(_Command):
 
 
 class TokenMilestone(_Command):
-    _fields = ("request", "token_index", "steps_before_now")
+    _fields = ("request_id", "de_engine", "token_index", "last", "steps_before_now")
     __slots__ = _fields
 
-    def __init__(self, *, request: Request, token_index: int, steps_before_now: int = 0) -> None:
-        self.request = request
+    def __init__(
+        self, *, request_id: int, de_engine: int, token_index: int, last: bool, steps_before_now: int = 0
+    ) -> None:
+        self.request_id = request_id
+        self.de_engine = de_engine
         self.token_index = token_index  # 1, 2, or gen_tokens (the last)
+        self.last = last  # the request's last token
         # Decode steps before `now_s` at which the token came out: a driver that runs several decode
         # steps at once learns of a second token late and back-dates it (0: produced now).
         self.steps_before_now = steps_before_now
 
 
 class RequestDone(_Command):
-    _fields = ("request",)
+    """What the request ended with: its engines, its usable hit and the part each side read."""
+
+    _fields = ("request_id", "pe_engine", "de_engine", "hit_tokens", "pe_read_tokens", "de_read_tokens")
     __slots__ = _fields
 
-    def __init__(self, *, request: Request) -> None:
-        self.request = request
+    def __init__(
+        self,
+        *,
+        request_id: int,
+        pe_engine: int | None,
+        de_engine: int | None,
+        hit_tokens: int,
+        pe_read_tokens: int,
+        de_read_tokens: int,
+    ) -> None:
+        self.request_id = request_id
+        self.pe_engine = pe_engine
+        self.de_engine = de_engine
+        self.hit_tokens = hit_tokens
+        self.pe_read_tokens = pe_read_tokens
+        self.de_read_tokens = de_read_tokens
+
+
+class RequestView(_Command):
+    """A request as the core has it now (`ClusterCore.view`, the joiners of a decode run): a copy, so a
+    driver reads the core's state without holding the core's own objects. Not a command."""
+
+    _fields = (
+        "request_id",
+        "phase",
+        "pe_engine",
+        "de_engine",
+        "hit_tokens",
+        "pe_read_tokens",
+        "de_read_tokens",
+        "generated_tokens",
+        "gen_tokens",
+    )
+    __slots__ = _fields
+
+    def __init__(self, request: Request) -> None:
+        self.request_id = request.request_id
+        self.phase = request.phase
+        self.pe_engine = request.pe_engine
+        self.de_engine = request.de_engine
+        self.hit_tokens = request.hit_tokens
+        self.pe_read_tokens = request.pe_read_tokens
+        self.de_read_tokens = request.de_read_tokens
+        self.generated_tokens = request.generated_tokens
+        self.gen_tokens = request.gen_tokens
 
 
 Command = (

@@ -28,6 +28,7 @@ from dualpath.engine.commands import (
     Command,
     DecodeChanged,
     RequestDone,
+    RequestView,
     StartH2D,
     StartPersist,
     StartPrefillStep,
@@ -331,7 +332,19 @@ class ClusterCore:
         for part in self.readers[node_id].admit(reserve):
             request = self._active[part.request_id]
             request.phase = Phase.READING
-            out.append(StartRead(node_id=node_id, request=request, tokens=part.tokens))
+            assert request.pe_engine is not None
+            # Split read path: the PE side reads the hit's first pe_read_tokens, the DE side the rest.
+            pe_side = node_id == self.node_of_engine(request.pe_engine)
+            out.append(
+                StartRead(
+                    node_id=node_id,
+                    request_id=request.request_id,
+                    start_tokens=0 if pe_side else request.pe_read_tokens,
+                    tokens=part.tokens,
+                    prompt_tokens=request.prompt_tokens,
+                    pe_side=pe_side,
+                )
+            )
         return out
 
     def on_read_done(
@@ -437,8 +450,8 @@ class ClusterCore:
         finished: list[StepItem] = []
         for engine, items in zip(node.engines, node.running, strict=True):
             for item in items:
-                request = item.request
-                if self._active.get(request.request_id) is not request:
+                request = self._active.get(item.request_id)
+                if request is None or request.phase is not Phase.PREFILLING:
                     continue  # re-planned while in this step (`on_node_down`, `abandon`): its work is void
                 request.computed_tokens += item.new_tokens
                 if not request.is_prefilled:
@@ -449,7 +462,7 @@ class ClusterCore:
                 request.generated_tokens = 1
                 request.phase = Phase.TRANSFERRING
                 finished.append(item)
-                out.append(TokenMilestone(request=request, token_index=1))
+                out.append(self._milestone(request, 1))
                 if self.buffers[node_id].holds(request.request_id):
                     self.buffers[node_id].release(request.request_id)
                     out += self._admit(node_id)
@@ -465,8 +478,9 @@ class ClusterCore:
         """Every layer of the step's finished requests sits in their DE buffers (Fig. 4a step 7)."""
         out: list[Command] = []
         for item in self.pe_nodes[node_id].awaiting_out.pop(step_id):
-            if self._active.get(item.request.request_id) is item.request:
-                out += self._to_decode(item.request)
+            request = self._active.get(item.request_id)
+            if request is not None and request.phase is Phase.TRANSFERRING:
+                out += self._to_decode(request)
         return out
 
     # ---- decode --------------------------------------------------------------------------------
@@ -475,15 +489,22 @@ class ClusterCore:
         out: list[Command] = []
         block = self.config.scheduler.block_tokens
         prompt_blocks_end = request.prompt_tokens // block * block
-        new_blocks = prompt_blocks_end - request.persisted_tokens
-        request.persisted_tokens = max(request.persisted_tokens, prompt_blocks_end)
+        persisted = request.persisted_tokens
+        new_blocks = prompt_blocks_end - persisted
+        request.persisted_tokens = max(persisted, prompt_blocks_end)
         holds = 0
         if new_blocks > 0:
             # Oracle too (§7.1: the same work, its I/O taking no time): the next round's hit needs them.
             holds += 0 if self.mode.skip_io else 1
             self._persists[request.request_id] = self._persists.get(request.request_id, 0) + 1
             out.append(
-                StartPersist(de_engine=request.de_engine, request=request, tokens=new_blocks, from_hbm=False)
+                StartPersist(
+                    de_engine=request.de_engine,
+                    request_id=request.request_id,
+                    start_tokens=persisted,
+                    tokens=new_blocks,
+                    from_hbm=False,
+                )
             )
         if request.gen_tokens == 1:  # nothing to decode: token 1 was the last
             self._dram_holds[request.request_id] = holds
@@ -491,7 +512,8 @@ class ClusterCore:
         if self.mode.skip_io:
             return out + self._join(request)
         self._dram_holds[request.request_id] = holds + 1
-        out.append(StartH2D(de_engine=request.de_engine, request=request, tokens=request.prompt_tokens))
+        out.append(StartH2D(de_engine=request.de_engine, request_id=request.request_id,
+                            tokens=request.prompt_tokens, hit_tokens=request.hit_tokens))  # fmt: skip
         return out
 
     def on_h2d_done(self, request_id: int, now_s: float) -> list[Command]:
@@ -556,20 +578,28 @@ class ClusterCore:
             request = ev.request
             assert request.de_engine is not None
             if ev.second_token:
-                ago = node.steps_done - ev.step
-                out.append(TokenMilestone(request=request, token_index=2, steps_before_now=ago))
+                out.append(self._milestone(request, 2, steps_before_now=node.steps_done - ev.step))
             if ev.persist_tokens:
                 self._persists[request.request_id] = self._persists.get(request.request_id, 0) + 1
                 out.append(
                     StartPersist(
-                        de_engine=request.de_engine, request=request, tokens=ev.persist_tokens, from_hbm=True
+                        de_engine=request.de_engine,
+                        request_id=request.request_id,
+                        start_tokens=ev.persisted_tokens - ev.persist_tokens,
+                        tokens=ev.persist_tokens,
+                        from_hbm=True,
                     )
                 )
             if ev.finished:
                 if request.gen_tokens > 2:  # tokens 1 and 2 had their own milestones
-                    out.append(TokenMilestone(request=request, token_index=request.gen_tokens))
+                    out.append(self._milestone(request, request.gen_tokens))
                 out += self._finish(request)
         return out
+
+    def _milestone(self, request: Request, token_index: int, steps_before_now: int = 0) -> TokenMilestone:
+        assert request.de_engine is not None
+        return TokenMilestone(request_id=request.request_id, de_engine=request.de_engine, token_index=token_index,
+                              last=token_index == request.gen_tokens, steps_before_now=steps_before_now)  # fmt: skip
 
     def finish_early(self, request_id: int, generated_tokens: int) -> None:
         """The request's output ends after `generated_tokens` tokens, before its planned `gen_tokens`: an
@@ -628,7 +658,16 @@ class ClusterCore:
     def _done(self, request: Request) -> list[Command]:
         self._persists.pop(request.request_id, None)
         self._maybe_forget(request)
-        return [RequestDone(request=request)]
+        return [
+            RequestDone(
+                request_id=request.request_id,
+                pe_engine=request.pe_engine,
+                de_engine=request.de_engine,
+                hit_tokens=request.hit_tokens,
+                pe_read_tokens=request.pe_read_tokens,
+                de_read_tokens=request.de_read_tokens,
+            )
+        ]
 
     def _maybe_forget(self, request: Request) -> None:
         rid = request.request_id
@@ -796,6 +835,19 @@ class ClusterCore:
     @property
     def active_requests(self) -> int:
         return len(self._active)
+
+    def view(self, request_id: int) -> RequestView | None:
+        """A copy of the request's state now (None once the core has forgotten it)."""
+        request = self._active.get(request_id)
+        return None if request is None else RequestView(request)
+
+    def decode_joiners(self, node_id: int) -> tuple[RequestView, ...]:
+        """The requests that the DE node's next `start_decode_run` merges into its batch, as they are now."""
+        return tuple(RequestView(r) for r in self.de_nodes[node_id].joining)
+
+    def decode_batch(self, node_id: int) -> tuple[int, ...]:
+        """Ids of the requests in the DE node's continuous batch, in the order they joined it."""
+        return self.de_nodes[node_id].batch_ids()
 
     def check_invariants(self) -> None:
         for reader in self.readers.values():

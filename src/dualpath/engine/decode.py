@@ -36,7 +36,14 @@ class DecodeEngine:
         return self.hbm_tokens - self.reserved_tokens
 
 
-_DECODE_EVENT_FIELDS = ("request", "step", "second_token", "persist_tokens", "finished")  # slots and repr
+_DECODE_EVENT_FIELDS = (
+    "request",
+    "step",
+    "second_token",
+    "persist_tokens",
+    "persisted_tokens",
+    "finished",
+)  # slots and repr
 
 
 class DecodeEvent:
@@ -45,13 +52,21 @@ class DecodeEvent:
     __slots__ = _DECODE_EVENT_FIELDS
 
     def __init__(
-        self, *, request: Request, step: int, second_token: bool, persist_tokens: int, finished: bool
+        self,
+        *,
+        request: Request,
+        step: int,
+        second_token: bool,
+        persist_tokens: int,
+        persisted_tokens: int,
+        finished: bool,
     ) -> None:
         self.request = request
         # Absolute step of the (first) event processed; earlier than now when advanced past it.
         self.step = step
         self.second_token = second_token
         self.persist_tokens = persist_tokens  # whole blocks that filled (0 if none)
+        self.persisted_tokens = persisted_tokens  # the stored prefix with them: they end here
         self.finished = finished
 
     def __repr__(self) -> str:
@@ -103,6 +118,10 @@ class DecodeNode:
             heapq.heappush(self._finish_heap, (last, request.request_id))
         self.joining.clear()
         return bool(self._join_step)
+
+    def batch_ids(self) -> tuple[int, ...]:
+        """Ids of the running requests, in the order they merged."""
+        return tuple(self._join_step)
 
     def shape(self) -> tuple[tuple[int, int], ...]:
         """Per engine (batch size, Σ context tokens) for the cost of the next step."""
@@ -183,6 +202,7 @@ class DecodeNode:
             step=step,
             second_token=before < 2 <= request.generated_tokens,
             persist_tokens=persist,
+            persisted_tokens=request.persisted_tokens,
             finished=finished,
         )
 

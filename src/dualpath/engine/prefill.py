@@ -63,9 +63,15 @@ def step_item(request: Request, pe_engine: int, cached_tokens: int, new_tokens: 
     # A hit that shrank after its reads (a lost block) loads only its usable rows.
     pe_hit = min(request.pe_read_tokens, request.hit_tokens)
     de_hit = min(request.de_read_tokens, request.hit_tokens - pe_hit)
+    assert request.de_engine is not None  # placed on a DE before any prefill
     return StepItem(
-        request=request,
+        request_id=request.request_id,
         pe_engine=pe_engine,
+        de_engine=request.de_engine,
+        hit_tokens=request.hit_tokens,
+        pe_read_tokens=request.pe_read_tokens,
+        de_read_tokens=request.de_read_tokens,
+        gen_tokens=request.gen_tokens,
         cached_tokens=cached_tokens,
         new_tokens=new_tokens,
         load_pe_tokens=pe_hit,

@@ -60,9 +60,10 @@ def prefill_profile(config: DriverConfig) -> PrefillProfile:
 
 @dataclass
 class _Live:
-    request: Request
+    """What the driver keeps of a request it submitted: the client's side (the core keeps the rest)."""
+
     token_ids: list[int]
-    planned_hit_tokens: int  # the hit it came with; `request.hit_tokens` shrinks on a lost block
+    planned_hit_tokens: int  # the hit it came with; the core's shrinks on a lost block
     sampling: Message = field(default_factory=dict)  # SamplingParams.to_message(): the nodes draw with it
     first_token: int | None = None
     finish_reason: str = "length"  # "stop" when a node saw an EOS or stop token, "abort" when cancelled
@@ -105,7 +106,6 @@ class RuntimeDriver:
         self._assigned = 0
         self._decode_step = {n: 0 for n in self.core.de_nodes}  # id of the node's latest run
         self._cut_sent = {n: False for n in self.core.de_nodes}  # `decode_cut` sent to the run in flight
-        self._batch: dict[int, list[Request]] = {n: [] for n in self.core.de_nodes}
         self._down: set[str] = set()
         self._handlers: dict[str, Callable[[Message, float], Outgoing]] = {
             "fetch": self._fetch,
@@ -154,7 +154,6 @@ class RuntimeDriver:
             arrival_s=now_s,
         )
         self._live[rid] = _Live(
-            request=request,
             token_ids=list(token_ids),
             planned_hit_tokens=hit_tokens,
             sampling=dict(sampling or {}),
@@ -220,10 +219,10 @@ class RuntimeDriver:
         node = self.node_id(event["node"])
         out: Outgoing = []
         for rid, token in event.get("first_tokens", ()):
-            live = self._live.get(int(rid))
-            if live is None or live.request.pe_engine is None:
+            live, view = self._live.get(int(rid)), self.core.view(int(rid))
+            if live is None or view is None or view.pe_engine is None:
                 continue  # re-planned while in this step: its token comes from its continuation
-            if self.core.node_of_engine(live.request.pe_engine) != node:
+            if self.core.node_of_engine(view.pe_engine) != node:
                 continue
             live.first_token = int(token)
             live.times["prefill_end"] = now_s
@@ -259,14 +258,13 @@ class RuntimeDriver:
         ]
         for rid, generated, reason in event.get("finished", ()):  # ended inside this run (EOS, stop, cancel)
             self._end_early(int(rid), int(generated), str(reason))
+        batch = self.core.decode_batch(node)
         commands = self.core.advance_decode(node, int(event.get("steps", 1)), now_s)
-        running = [r for r in self._batch[node] if r.generated_tokens < r.gen_tokens]
-        for r in self._batch[node]:
-            if r.generated_tokens >= r.gen_tokens:
-                self._live[r.request_id].times["last_token"] = now_s  # its persists may still run
-        out += self._do(commands, now_s)
-        self._batch[node] = running
-        return out + self._decode_next(node, now_s)
+        running = set(self.core.decode_batch(node))
+        for rid in batch:
+            if rid not in running:
+                self._live[rid].times["last_token"] = now_s  # its persists may still run
+        return out + self._do(commands, now_s) + self._decode_next(node, now_s)
 
     # ---- commands -> messages --------------------------------------------------------------------
     def _do(self, commands: list[cmd.Command], now_s: float) -> Outgoing:
@@ -285,7 +283,7 @@ class RuntimeDriver:
                 if c.node_id not in changed:
                     changed.append(c.node_id)
             elif isinstance(c, cmd.RequestDone):
-                out += self._done(c.request, now_s)
+                out += self._done(c, now_s)
             # TokenMilestone: the token ids themselves come with step_done / decode_done events.
         for node in changed:
             out += self._decode_next(node, now_s)
@@ -311,21 +309,20 @@ class RuntimeDriver:
         if live is None:
             return []
         live.finish_reason = "abort"
-        request = live.request
-        if request.phase is Phase.DONE:
+        view = self.core.view(rid)
+        if view is None or view.phase is Phase.DONE:
             return []
-        drops = self._drops(request)
+        drops = self._drops(rid, view.pe_engine, view.de_engine)
         abandoned = self.core.abandon(rid)
         if abandoned is not None:  # before its prefill: it leaves queues, reads and buffers now
             self._live.pop(rid)
             done = {"type": "done", "rid": rid, "finish_reason": "abort", "cached_tokens": 0}
             return drops + self._do(abandoned, now_s) + [(CLIENT, done)]
-        if (
-            request.de_engine is not None
-            and request in self._batch[self.core.node_of_engine(request.de_engine)]
+        if view.de_engine is not None and rid in self.core.decode_batch(
+            self.core.node_of_engine(view.de_engine)
         ):
-            return [(self._de_name(request), {"type": "decode_stop", "rid": rid})]
-        self.core.finish_early(rid, max(1, request.generated_tokens))
+            return [(self._de_name(view.de_engine), {"type": "decode_stop", "rid": rid})]
+        self.core.finish_early(rid, max(1, view.generated_tokens))
         return []
 
     # ---- node failures ---------------------------------------------------------------------------
@@ -340,10 +337,11 @@ class RuntimeDriver:
         node = self.node_id(name)
         self._down.add(name)
         decision = self.core.on_node_down(node)
-        if node in self._batch:
-            self._batch[node] = []
+        if node in self._cut_sent:
             self._cut_sent[node] = False
-        out: Outgoing = [d for r in decision.replan for d in self._drops(r)]
+        out: Outgoing = [
+            d for r in decision.replan for d in self._drops(r.request_id, r.pe_engine, r.de_engine)
+        ]
         for request in decision.replan:
             live = self._live.pop(request.request_id)
             out.append(
@@ -355,45 +353,35 @@ class RuntimeDriver:
         name = str(event["node"])
         self._down.discard(name)
         node = self.node_id(name)
-        if node in self._batch:
-            self._batch[node] = []
+        if node in self._cut_sent:
             self._cut_sent[node] = False
         return self._do(self.core.on_node_up(node), now_s)
 
-    def _drops(self, request: Request) -> Outgoing:
+    def _drops(self, rid: int, pe_engine: int | None, de_engine: int | None) -> Outgoing:
         """`drop` to the nodes that may hold the request's reads, regions or landing space."""
-        names = {self.node_name(self.core.node_of_engine(e))
-                 for e in (request.pe_engine, request.de_engine) if e is not None}  # fmt: skip
-        return [(n, {"type": "drop", "rid": request.request_id}) for n in sorted(names - self._down)]
+        names = {self.node_name(self.core.node_of_engine(e)) for e in (pe_engine, de_engine) if e is not None}
+        return [(n, {"type": "drop", "rid": rid}) for n in sorted(names - self._down)]
 
     @property
     def nodes_up(self) -> tuple[int, int]:
         """(PE nodes up, DE nodes up)."""
         return self.core.nodes_up
 
-    def _pe_node(self, request: Request) -> int:
-        assert request.pe_engine is not None
-        return self.core.node_of_engine(request.pe_engine)
-
-    def _de_name(self, request: Request) -> str:
-        assert request.de_engine is not None
-        return self.node_name(self.core.node_of_engine(request.de_engine))
+    def _de_name(self, de_engine: int | None) -> str:
+        assert de_engine is not None
+        return self.node_name(self.core.node_of_engine(de_engine))
 
     def _read(self, c: cmd.StartRead, now_s: float) -> tuple[str, Message]:
-        request = c.request
-        live = self._live[request.request_id]
+        live = self._live[c.request_id]
         live.times.setdefault("read_start", now_s)
-        pe_side = c.node_id == self._pe_node(request)
-        # Split read path: the PE side reads the first pe_read_tokens of the hit, the DE side the rest.
-        start = 0 if pe_side else request.pe_read_tokens
         message = {
             "type": "read",
-            "rid": request.request_id,
-            "token_ids": live.token_ids[: start + c.tokens],
-            "start_tokens": start,
+            "rid": c.request_id,
+            "token_ids": live.token_ids[: c.start_tokens + c.tokens],
+            "start_tokens": c.start_tokens,
             "tokens": c.tokens,
-            "side": "pe" if pe_side else "de",
-            "prompt_tokens": request.prompt_tokens,
+            "side": "pe" if c.pe_side else "de",
+            "prompt_tokens": c.prompt_tokens,
         }
         return self.node_name(c.node_id), message
 
@@ -401,26 +389,25 @@ class RuntimeDriver:
         items = []
         for batch in c.batches:
             for it in batch:
-                r = it.request
-                live = self._live[r.request_id]
+                live = self._live[it.request_id]
                 live.times.setdefault("prefill_start", now_s)
                 items.append(
                     {
-                        "rid": r.request_id,
+                        "rid": it.request_id,
                         "pe_engine": it.pe_engine,
-                        "de": self._de_name(r),
+                        "de": self._de_name(it.de_engine),
                         "token_ids": live.token_ids,
                         "cached_tokens": it.cached_tokens,
                         "new_tokens": it.new_tokens,
-                        "hit_tokens": r.hit_tokens,
-                        "pe_read_tokens": r.pe_read_tokens,
-                        "de_read_tokens": r.de_read_tokens,
+                        "hit_tokens": it.hit_tokens,
+                        "pe_read_tokens": it.pe_read_tokens,
+                        "de_read_tokens": it.de_read_tokens,
                         "load_pe_tokens": it.load_pe_tokens,
                         "load_de_tokens": it.load_de_tokens,
                         "out_tokens": it.out_tokens,
                         "completes_prefill": it.completes_prefill,
                         "inline_io": self.core.mode.skip_io,
-                        "max_tokens": r.gen_tokens,
+                        "max_tokens": it.gen_tokens,
                         "sampling": live.sampling,
                     }
                 )
@@ -428,31 +415,29 @@ class RuntimeDriver:
         return self.node_name(c.node_id), message
 
     def _h2d(self, c: cmd.StartH2D) -> tuple[str, Message]:
-        live = self._live[c.request.request_id]
+        live = self._live[c.request_id]
         message = {
             "type": "h2d",
-            "rid": c.request.request_id,
+            "rid": c.request_id,
             "de_engine": c.de_engine,
             "tokens": c.tokens,
             "token_ids": live.token_ids,
             "first_token": live.first_token,
-            "hit_tokens": c.request.hit_tokens,
+            "hit_tokens": c.hit_tokens,
         }
-        return self._de_name(c.request), message
+        return self._de_name(c.de_engine), message
 
     def _persist(self, c: cmd.StartPersist) -> tuple[str, Message]:
-        # The core has advanced persisted_tokens past these blocks: they are [end - tokens, end).
-        end = c.request.persisted_tokens
         message = {
             "type": "persist",
-            "rid": c.request.request_id,
+            "rid": c.request_id,
             "tokens": c.tokens,
-            "start_tokens": end - c.tokens,
-            "end_tokens": end,
+            "start_tokens": c.start_tokens,
+            "end_tokens": c.end_tokens,
             "from_hbm": c.from_hbm,
-            "token_ids": [] if c.from_hbm else self._live[c.request.request_id].token_ids,
+            "token_ids": [] if c.from_hbm else self._live[c.request_id].token_ids,
         }
-        return self._de_name(c.request), message
+        return self._de_name(c.de_engine), message
 
     def _decode_next(self, node: int, now_s: float) -> Outgoing:
         """The DE node's batch changed or its run ended: with a run in flight, a `decode_cut` when the core
@@ -463,11 +448,10 @@ class RuntimeDriver:
                 return []
             self._cut_sent[node] = True
             return [(self.node_name(node), {"type": "decode_cut", "step": self._decode_step[node]})]
-        joining = list(self.core.de_nodes[node].joining)
+        joining = self.core.decode_joiners(node)
         steps = self.core.start_decode_run(node)
         if not steps:
             return []
-        self._batch[node] += joining
         self._cut_sent[node] = False
         self._decode_step[node] += 1
         joins = []
@@ -481,29 +465,29 @@ class RuntimeDriver:
             "type": "decode_step",
             "step": self._decode_step[node],
             "steps": steps,
-            "batch": [r.request_id for r in self._batch[node]],
+            "batch": list(self.core.decode_batch(node)),
             "join": joins,
             "inline_io": self.core.mode.skip_io,
         }
         return [(self.node_name(node), message)]
 
-    def _done(self, request: Request, now_s: float) -> Outgoing:
-        live = self._live.pop(request.request_id)
+    def _done(self, c: cmd.RequestDone, now_s: float) -> Outgoing:
+        live = self._live.pop(c.request_id)
         live.times["finished"] = now_s
         info = {
             "finish_reason": live.finish_reason,
             "hit_tokens": live.planned_hit_tokens,
-            "effective_hit_tokens": request.hit_tokens,
+            "effective_hit_tokens": c.hit_tokens,
             # the prompt tokens whose KV came from the store (usage.prompt_tokens_details.cached_tokens)
-            "cached_tokens": request.hit_tokens,
-            "read_side": _read_side(request),
-            "pe": request.pe_engine,
-            "de": request.de_engine,
+            "cached_tokens": c.hit_tokens,
+            "read_side": _read_side(c),
+            "pe": c.pe_engine,
+            "de": c.de_engine,
             "times_s": {k: v - live.times["arrival"] for k, v in sorted(live.times.items())},
         }
-        release: Message = {"type": "release", "rid": request.request_id}
-        done: Message = {"type": "done", "rid": request.request_id, **info}
-        return [(self._de_name(request), release), (CLIENT, done)]
+        release: Message = {"type": "release", "rid": c.request_id}
+        done: Message = {"type": "done", "rid": c.request_id, **info}
+        return [(self._de_name(c.de_engine), release), (CLIENT, done)]
 
     # ---- inspection --------------------------------------------------------------------------------
     @property
@@ -512,12 +496,12 @@ class RuntimeDriver:
 
     def usable_hit_tokens(self, rid: int) -> int | None:
         """The request's hit prefix that its reads brought intact (None once it is done)."""
-        live = self._live.get(rid)
-        return None if live is None else live.request.hit_tokens
+        view = self.core.view(rid) if rid in self._live else None
+        return None if view is None else view.hit_tokens
 
     def phase(self, rid: int) -> Phase | None:
-        live = self._live.get(rid)
-        return None if live is None else live.request.phase
+        view = self.core.view(rid) if rid in self._live else None
+        return None if view is None else view.phase
 
 
 def _ids(tokens: int | list[int]) -> list[int]:
@@ -525,8 +509,8 @@ def _ids(tokens: int | list[int]) -> list[int]:
     return [int(t) for t in tokens] if isinstance(tokens, list) else [int(tokens)]
 
 
-def _read_side(request: Request) -> str:
-    if request.hit_tokens == 0:
+def _read_side(done: cmd.RequestDone) -> str:
+    if done.hit_tokens == 0:
         return "none"
-    side = ReadSide.DE if request.de_read_tokens > request.pe_read_tokens else ReadSide.PE
+    side = ReadSide.DE if done.de_read_tokens > done.pe_read_tokens else ReadSide.PE
     return side.value

@@ -390,14 +390,13 @@ class Simulation:
             self._request_done(c)
 
     def _request_done(self, c: cmd.RequestDone) -> None:
-        r = c.request
-        t = self.times[r.request_id]
+        t = self.times[c.request_id]
         t.done_s = self.sim.now_s
-        t.pe_read_tokens, t.de_read_tokens = r.pe_read_tokens, r.de_read_tokens
-        self._next_round(self._agent_of.pop(r.request_id))
+        t.pe_read_tokens, t.de_read_tokens = c.pe_read_tokens, c.de_read_tokens
+        self._next_round(self._agent_of.pop(c.request_id))
 
     def _milestone(self, c: cmd.TokenMilestone) -> None:
-        t = self.times[c.request.request_id]
+        t = self.times[c.request_id]
         if c.token_index == 1:
             t.first_token_s = self.sim.now_s
             if self.host is not None:  # node -> scheduler -> client
@@ -407,15 +406,15 @@ class Simulation:
                 if self.stop_reason is not None:
                     self.sim.stop()
         elif c.token_index == 2:
-            run = self._decode.get(self.core.node_of_engine(c.request.de_engine or 0))
+            run = self._decode.get(self.core.node_of_engine(c.de_engine))
             back_s = c.steps_before_now * run.step_s if run is not None else 0.0
             t.second_token_s = self.sim.now_s - back_s
-        if c.token_index == c.request.gen_tokens and c.token_index >= 2:
-            pipe = self._d2h_pipes.get(c.request.de_engine)  # type: ignore[arg-type]
-            if pipe is not None:
-                self._touched[pipe] = None
-        if c.token_index == c.request.gen_tokens:
+        if c.last:
             t.last_token_s = self.sim.now_s
+            if c.token_index >= 2:
+                pipe = self._d2h_pipes.get(c.de_engine)
+                if pipe is not None:
+                    self._touched[pipe] = None
 
     # ---- node failures (DESIGN §4 "faults"): the core decides, as in the runtime ------------------
     def _fail(self, node: int, down_s: float | None) -> None:
@@ -467,11 +466,11 @@ class Simulation:
     def _read(self, c: cmd.StartRead) -> None:
         if self.sim.now_s >= self._snic_next_s:
             self._snic_sample(self.sim.now_s)
-        t = self.times[c.request.request_id]
+        t = self.times[c.request_id]
         if math.isnan(t.read_start_s):
             t.read_start_s = self.sim.now_s
         self.net.start_flow(c.tokens * self.kv_bytes, self.topo.read(c.node_id), LOW, self._read_done,
-                            c.node_id, c.request.request_id)  # fmt: skip
+                            c.node_id, c.request_id)  # fmt: skip
 
     def _read_done(self, node: int, request_id: int) -> None:
         if self.sim.now_s >= self._snic_next_s:
@@ -481,7 +480,7 @@ class Simulation:
 
     def _h2d(self, c: cmd.StartH2D) -> None:
         self.net.start_flow(c.tokens * self.kv_bytes, self.topo.h2d(c.de_engine), LOW, self._h2d_done,
-                            c.request.request_id)  # fmt: skip
+                            c.request_id)  # fmt: skip
 
     def _h2d_done(self, request_id: int) -> None:
         self._do(self.core.on_h2d_done(request_id, self.sim.now_s))
@@ -491,9 +490,9 @@ class Simulation:
             self.host.persist(c)
             return
         if self.mode.skip_io:  # oracle: the write takes no time (§7.1)
-            self._io_free.append((c.request.request_id, c.from_hbm))
+            self._io_free.append((c.request_id, c.from_hbm))
             return
-        item = (c.request.request_id, c.from_hbm, c.de_engine)
+        item = (c.request_id, c.from_hbm, c.de_engine)
         size = c.tokens * self.kv_bytes
         pipe = self._d2h_pipe(c.de_engine) if c.from_hbm else self._persist_pipe(c.de_engine)
         pipe.put(size, item)
@@ -538,7 +537,7 @@ class Simulation:
         now = self.sim.now_s
         for batch in c.batches:
             for i in batch:
-                t = self.times[i.request.request_id]
+                t = self.times[i.request_id]
                 if math.isnan(t.prefill_start_s):
                     t.prefill_start_s = now
         compute_s, last_layer_s, attention = self.cost.prefill_step_s(
@@ -583,8 +582,7 @@ class Simulation:
         sizes: dict[tuple, float] = {}  # type: ignore[type-arg]
         for batch in c.batches:
             for it in batch:
-                de = it.request.de_engine
-                assert de is not None  # placed on a DE before any prefill
+                de = it.de_engine
                 if kind == "load":
                     if it.load_pe_tokens:
                         key = self.topo.load_local(it.pe_engine)

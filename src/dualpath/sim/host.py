@@ -179,7 +179,7 @@ class RuntimeHost:
         node = s.core.node_of_engine(de)
         if s.mode.skip_io:  # oracle: unpaced bytes, only the commits take time
             landed_s = self._enqueue_writes(node, c.tokens // s.cluster.scheduler.block_tokens)
-            item = (c.request.request_id, c.from_hbm, de)
+            item = (c.request_id, c.from_hbm, de)
             s.sim.schedule_at(landed_s, s._persisted, [item], c.tokens * s.kv_bytes)
             return
         writer = self._fifo_writers.get(node)
@@ -187,7 +187,7 @@ class RuntimeHost:
             writer = self._fifo_writers[node] = _FifoWriter(s.net, self._persisted)
         # Decode-time blocks are copied out of the cache (the D2H) and then cross the same SNIC.
         path = s.topo.d2h(de) + s.topo.persist(de)[1:] if c.from_hbm else s.topo.persist(de)
-        writer.put(c.tokens * s.kv_bytes, (c.request.request_id, c.from_hbm, de), path)
+        writer.put(c.tokens * s.kv_bytes, (c.request_id, c.from_hbm, de), path)
 
     def _persisted(self, items: list[tuple[int, bool, int]], size: float) -> None:
         self.s.sim.schedule(self.spec.commit_s, self.s._persisted, items, size)
