@@ -218,12 +218,17 @@ class RequestDone(_Command):
 
 
 class RequestView(_Command):
-    """A request as the core has it now (`ClusterCore.view`, the joiners of a decode run): a copy, so a
-    driver reads the core's state without holding the core's own objects. Not a command."""
+    """A request as the core has it now (`ClusterCore.view`, the joiners of a decode run, the requests a
+    node death re-plans): a copy, so a driver reads the core's state without holding the core's own
+    objects. Not a command."""
 
     _fields = (
         "request_id",
+        "trajectory_id",
+        "round_index",
         "phase",
+        "prompt_tokens",
+        "persisted_tokens",
         "pe_engine",
         "de_engine",
         "hit_tokens",
@@ -236,7 +241,11 @@ class RequestView(_Command):
 
     def __init__(self, request: Request) -> None:
         self.request_id = request.request_id
+        self.trajectory_id = request.trajectory_id
+        self.round_index = request.round_index
         self.phase = request.phase
+        self.prompt_tokens = request.prompt_tokens
+        self.persisted_tokens = request.persisted_tokens  # its prefix whose KV is in storage
         self.pe_engine = request.pe_engine
         self.de_engine = request.de_engine
         self.hit_tokens = request.hit_tokens

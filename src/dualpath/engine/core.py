@@ -86,7 +86,7 @@ _DOWN_GROUP_TOK = 2**62  # a dead DE group's Σtok as the router sees it: phase 
 class NodeDown:
     """What `on_node_down` decided: requests to submit again (continuations), commands to run now."""
 
-    replan: tuple[Request, ...]
+    replan: tuple[RequestView, ...]  # as they were when the node died
     commands: tuple[Command, ...]
 
 
@@ -702,7 +702,7 @@ class ClusterCore:
         self.scheduler.down_nodes.add(node_id)
         self._fetch_wanted = True
         out: list[Command] = []
-        replan: list[Request] = []
+        replan: list[RequestView] = []
         for request in list(self._active.values()):
             if not self._touches(request, node_id):
                 continue
@@ -711,7 +711,7 @@ class ClusterCore:
                 self._dram_holds.pop(request.request_id, None)
                 out += self._done(request)
                 continue
-            replan.append(request)
+            replan.append(RequestView(request))
             out += self._evict(request)
         if node_id in self.de_nodes:
             for request in [r for r in self._active.values() if r.phase is Phase.QUEUED]:

@@ -438,7 +438,7 @@ class Simulation:
         if down_s is not None:
             self.sim.schedule(down_s, self._recover, node)
 
-    def _continue(self, r: Request) -> None:
+    def _continue(self, r: cmd.RequestView) -> None:
         now, block = self.sim.now_s, self.cluster.scheduler.block_tokens
         prompt = r.prompt_tokens + r.generated_tokens
         persisted = max(r.hit_tokens, r.persisted_tokens if r.generated_tokens else 0)
