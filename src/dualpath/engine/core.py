@@ -332,20 +332,25 @@ class ClusterCore:
         for part in self.readers[node_id].admit(reserve):
             request = self._active[part.request_id]
             request.phase = Phase.READING
-            assert request.pe_engine is not None
-            # Split read path: the PE side reads the hit's first pe_read_tokens, the DE side the rest.
-            pe_side = node_id == self.node_of_engine(request.pe_engine)
+            pe_side, start_tokens = self._read_part_start(request, node_id)
             out.append(
                 StartRead(
                     node_id=node_id,
                     request_id=request.request_id,
-                    start_tokens=0 if pe_side else request.pe_read_tokens,
+                    start_tokens=start_tokens,
                     tokens=part.tokens,
                     prompt_tokens=request.prompt_tokens,
                     pe_side=pe_side,
                 )
             )
         return out
+
+    def _read_part_start(self, request: Request, node_id: int) -> tuple[bool, int]:
+        """Whether the request's read on `node_id` is its PE-side part, and where in the hit it starts:
+        split reads (§5) give the PE side the hit's first pe_read_tokens, the DE side the rest."""
+        assert request.pe_engine is not None
+        pe_side = node_id == self.node_of_engine(request.pe_engine)
+        return pe_side, 0 if pe_side else request.pe_read_tokens
 
     def on_read_done(
         self, node_id: int, request_id: int, now_s: float, usable_tokens: int | None = None
@@ -360,9 +365,8 @@ class ClusterCore:
         request = self._active[request_id]
         request.parts_reading -= 1
         if usable_tokens is not None and usable_tokens < part_tokens:
-            assert request.pe_engine is not None
-            start = 0 if node_id == self.node_of_engine(request.pe_engine) else request.pe_read_tokens
-            self._shrink_hit(request, start + max(0, usable_tokens))
+            _, start_tokens = self._read_part_start(request, node_id)
+            self._shrink_hit(request, start_tokens + max(0, usable_tokens))
         # A finished read frees a slot of the node's queue depth: the next queued read starts now.
         out = self._admit(node_id)
         if request.parts_reading:
