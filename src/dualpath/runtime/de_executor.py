@@ -306,10 +306,12 @@ class DecodeExecutor:
         at a step boundary when the scheduler cut this run (a joiner waits). A request that ends inside
         the run (EOS, stop token, `decode_stop`) is computed no further; the run reports it in `finished`
         with its output length, and stops once nothing is left (at least one step is reported)."""
+        # The restart ends where this run's piece begins: an oracle joiner's inline KV copy below is
+        # work of the piece (EngineWork times it), not part of the wait between runs.
+        self._count_restart({int(rid) for rid in message["batch"]})
         for join in message["join"]:
             self._join(join, inline_io=bool(message["inline_io"]))
         states = [self._state(int(rid)) for rid in message["batch"]]
-        self._count_restart({s.rid for s in states})
         run, steps = int(message["step"]), int(message.get("steps", 1))
         out: dict[int, list[int]] = {s.rid: [] for s in states}
         finished: list[list[Any]] = []
