@@ -33,6 +33,20 @@ def test_three_threads_on_two_cores_get_two_thirds_each() -> None:
     assert all(e == pytest.approx(1.5) for e in ends.values())
 
 
+def test_slower_cores_stretch_every_thread_alike() -> None:
+    # Cores at 0.8 of the calibration's speed: a thread alone and three sharing two cores each take 1 / 0.8
+    # as long; the CPU seconds charged stay what the work costs at the calibration's speed.
+    sim = Simulator()
+    assert _finishing(sim, HostCpu(sim, 2.0, speed=0.8), [(0.0, "a", 1.0)])["a"] == pytest.approx(1.25)
+    sim = Simulator()
+    cpu = HostCpu(sim, 2.0, speed=0.8)
+    ends = _finishing(sim, cpu, [(0.0, t, 1.0) for t in "abc"])
+    assert all(e == pytest.approx(1.5 / 0.8) for e in ends.values())
+    assert cpu.cpu_s_by_thread == pytest.approx({"a": 1.0, "b": 1.0, "c": 1.0})
+    with pytest.raises(ValueError):
+        HostCpu(sim, 2.0, speed=0.0)
+
+
 def test_cpu_seconds_are_conserved_when_work_arrives_later() -> None:
     # One core: a runs alone for 0.5 s, then a and b share it at half a core each.
     sim = Simulator()

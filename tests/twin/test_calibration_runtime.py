@@ -78,6 +78,22 @@ def test_the_twin_replays_a_training_run_with_the_other_jobs_cores_it_had() -> N
     assert twin[1.0]["pe_engine_busy_cpu_s"] == pytest.approx(twin[0.0]["pe_engine_busy_cpu_s"], rel=0.05)
 
 
+def test_the_twin_runs_a_replay_at_the_cores_speed_its_probe_had() -> None:
+    # The speed probe took twice the calibration's CPU time during this replay: the cores ran at half
+    # speed, so every piece takes longer on the wall for the same CPU seconds at the calibration's speed.
+    cal, spec = load_calibration(CALIBRATION), RuntimeClusterSpec(snic_bytes_per_s=6e6, cnic_bytes_per_s=48e6)
+    factors_at_calibration = {"probe_cpu_s": 1e-3}
+    twin = {
+        p: twin_engine_work(spec, cal, "oracle", {"seed": 3.0, "probe_cpu_s": p}, factors_at_calibration)
+        for p in (1e-3, 2e-3)
+    }
+    assert twin[2e-3]["pe_engine_wall_s"] > 1.6 * twin[1e-3]["pe_engine_wall_s"]
+    assert twin[2e-3]["pe_engine_busy_cpu_s"] == pytest.approx(twin[1e-3]["pe_engine_busy_cpu_s"], rel=0.05)
+    # Not measured on either side: the calibration's speed.
+    unmeasured = twin_engine_work(spec, cal, "oracle", {"seed": 3.0, "probe_cpu_s": 2e-3}, {})
+    assert unmeasured["pe_engine_wall_s"] == pytest.approx(twin[1e-3]["pe_engine_wall_s"])
+
+
 def test_cpu_by_group_counts_what_each_thread_used_between_snapshots() -> None:
     before = {(1, 1): ("pe_engine", 100), (1, 2): ("pe_io", 10), (2, 2): ("serve", 5)}
     after = {(1, 1): ("pe_engine", 250), (1, 2): ("pe_io", 10), (2, 2): ("serve", 55), (3, 3): ("client", 20)}

@@ -8,7 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from dualpath.twin.host_load import HostLoadSampler, all_pids, descendants, process_cpu_ticks
+from dualpath.twin.host_load import (
+    HostLoadSampler,
+    all_pids,
+    descendants,
+    process_cpu_ticks,
+)
 
 
 def _process(proc: Path, pid: int, ticks: int, children: str = "") -> None:
@@ -81,3 +86,15 @@ def test_sampler_on_this_host_measures_a_busy_process_outside_our_tree() -> None
     cores = sampler.cores()
     assert cores is not None and cores > 0.3  # one spinning process: most of a core
     assert descendants(10**9) == []
+
+
+def test_each_sample_times_the_speed_probe(tmp_path: Path) -> None:
+    _process(tmp_path, 10, 100)
+    sampler = HostLoadSampler(10, proc=tmp_path, clock=_Clock())
+    assert sampler.probe_cpu_s() is None
+    sampler.sample()
+    sampler.sample()
+    assert sampler.probes == 2
+    mean = sampler.probe_cpu_s()
+    assert mean is not None and mean == pytest.approx(sampler.probe_cpu_s_total / 2)
+    assert 0.0 < mean < 1.0

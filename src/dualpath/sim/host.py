@@ -38,6 +38,7 @@ class HostSpec:
     """What the runtime's processes pay beyond the step costs: cores, fixed times, CPU per message."""
 
     capacity_cores: float  # the host's cores less what other jobs took
+    cpu_speed: float = 1.0  # the cores' speed against when the CPU costs were measured (`host_cpu`)
     background_cores: float = 0.0  # our threads that work all the time (reports, polls, copies)
     pe_efficiency: float = 1.0  # the share of its thread's time a PE forward keeps busy
     de_efficiency: float = 1.0  # the same for a DE decode run
@@ -85,7 +86,9 @@ class RuntimeHost:
 
     def __init__(self, sim: Any, spec: HostSpec) -> None:
         self.s, self.spec = sim, spec  # the `Simulation` whose commands this executes
-        self.cpu = HostCpu(sim.sim, spec.capacity_cores, background=spec.background_cores)
+        self.cpu = HostCpu(
+            sim.sim, spec.capacity_cores, background=spec.background_cores, speed=spec.cpu_speed
+        )
         self.trip_s = spec.command_trip_s
         self._sent_s: dict[int, float] = {}  # agent -> when its client sent the round in flight
         self._forward_state: dict[int, list[bool]] = {}  # per PE node: [CPU done, loads done]

@@ -5,9 +5,11 @@ event loop, the load generator, a node's I/O threads) is a *thread* here with a 
 its head item runs (a thread does one thing at a time). An item has a *weight* w ≤ 1: the share of a
 thread's time it keeps busy (1 for a thread that computes without pause; a node's I/O work, spread over
 its engine's forward or decode run, runs at its fraction of the engine's pace). The host gives a running
-item the rate w · min(1, capacity / W), W = the sum of the running items' weights and a constant
+item the rate speed · w · min(1, capacity / W), W = the sum of the running items' weights and a constant
 background (our threads that work all the time: reports, polls), capacity = the host's cores less what
-other jobs took. When the running set changes, every running item is advanced at the old
+other jobs took, speed = how fast the cores run now against when the CPU costs were measured (a
+virtual machine's cores change speed with the load of the machine under it; docs/twin.md "The host's
+speed"). When the running set changes, every running item is advanced at the old
 rate and rescheduled at the new one, so CPU seconds are conserved: what one thread's work costs, the
 others' work waits for.
 
@@ -40,12 +42,15 @@ class CpuWork:
 
 
 class HostCpu:
-    def __init__(self, sim: Simulator, capacity_cores: float, *, background: float = 0.0) -> None:
-        if capacity_cores <= 0.0 or background < 0.0:
+    def __init__(
+        self, sim: Simulator, capacity_cores: float, *, background: float = 0.0, speed: float = 1.0
+    ) -> None:
+        if capacity_cores <= 0.0 or background < 0.0 or speed <= 0.0:
             raise ValueError(
-                f"need capacity_cores > 0 and background >= 0, got {capacity_cores}, {background}"
+                f"need capacity_cores > 0, background >= 0 and speed > 0, got {capacity_cores}, "
+                f"{background}, {speed}"
             )
-        self.sim, self.capacity_cores = sim, capacity_cores
+        self.sim, self.capacity_cores, self.speed = sim, capacity_cores, speed
         self.background = background  # threads of ours kept busy all the time (weight), not modelled as work
         self._threads: dict[str, deque[CpuWork]] = {}
         self._per_weight = 1.0  # rate of a running item per unit of its weight
@@ -61,9 +66,10 @@ class HostCpu:
         return self.background + sum(w.weight for w in self._running())
 
     def rate(self, extra: float = 0.0) -> float:
-        """A whole thread's share of a core with `extra` more busy threads."""
+        """CPU seconds per second a whole thread gets with `extra` more busy threads: its share of a
+        core, at the cores' speed."""
         total = self.busy_weight() + extra
-        return 1.0 if total <= 0.0 else min(1.0, self.capacity_cores / total)
+        return self.speed * (1.0 if total <= 0.0 else min(1.0, self.capacity_cores / total))
 
     def done_cpu_s(self, work: CpuWork) -> float:
         """CPU seconds `work` has had so far (up to now)."""

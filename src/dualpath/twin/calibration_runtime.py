@@ -47,7 +47,7 @@ PER_PIECE = ("pe_engine", "de_engine", "client")
 # scheduler beyond its charged messages: cores in the background, their CPU per second of the replay.
 IO_GROUPS = ("pe_io", "de_io")
 RATE_KEYS = ("prefill_tokens_per_s", "attention_s_per_token_pair")
-MEAN_KEYS = (*RATE_KEYS, "external_cores")  # a replay's conditions: pooled as their mean
+MEAN_KEYS = (*RATE_KEYS, "external_cores", "probe_cpu_s")  # a replay's conditions: pooled as their mean
 
 
 def _thread_ticks(pid: int) -> dict[int, tuple[str, int]]:
@@ -145,6 +145,7 @@ def _replay(url: str, seed: int, plans: Any) -> dict[str, float]:
         result = asyncio.run(run_bench(url, plans, vocab_size=256, seed=seed, progress=False))
     out = cpu_by_group(before, snapshot(os.getpid()))
     out["wall_s"], out["seed"], out["external_cores"] = result.wall_s, float(seed), host.cores() or 0.0
+    out["probe_cpu_s"] = host.probe_cpu_s() or 0.0
     time.sleep(_REPORT_WAIT_S)  # the DEs' last reports reach /metrics
     metrics = httpx.get(f"{url}/metrics", timeout=10).text
     out["decode_restarts"], out["decode_restart_s"] = parse_decode_restarts(metrics)
@@ -174,8 +175,8 @@ def pooled(replays: Sequence[Mapping[str, float]]) -> dict[str, float]:
 def _twin_on_replay(
     spec: Any, calibration: Any, mode: str, measured: Mapping[str, float], cpu_factors: Mapping[str, float]
 ) -> dict[str, Any]:
-    """The twin's metrics for one training replay: its seed's trace, that run's other jobs' cores and
-    scheduler constants, `cpu_factors`."""
+    """The twin's metrics for one training replay: its seed's trace, that run's other jobs' cores, speed
+    probe and scheduler constants, `cpu_factors`."""
     from dualpath.twin.predict import predict
     from dualpath.twin.validate import trace_rounds
 
@@ -183,7 +184,8 @@ def _twin_on_replay(
     seed = int(measured["seed"])
     metrics, _ = predict(spec, calibration, mode, trace_rounds(training_options(seed)), seed=seed,
                          cpu_factors=cpu_factors, scheduler_rates=rates,
-                         external_cores=float(measured.get("external_cores", 0.0)))  # fmt: skip
+                         external_cores=float(measured.get("external_cores", 0.0)),
+                         probe_cpu_s=float(measured.get("probe_cpu_s", 0.0)))  # fmt: skip
     return metrics
 
 
@@ -239,7 +241,8 @@ def factors(measured: Mapping[str, float], charged: Mapping[str, float]) -> dict
     - `background_cores`: the I/O threads' CPU, the engine threads' CPU outside their pieces (taking a
       message, a release) and the scheduler's beyond its charged messages, per second of the replay
       (they work all the time: reports, polls, copies beside the links);
-    - `decode_restart_s`: the mean time a DE waited between runs of a continuing batch (where measured).
+    - `decode_restart_s`: the mean time a DE waited between runs of a continuing batch (where measured);
+    - `probe_cpu_s`: the host's speed probe over the replays (`host_load`), the speed the factors hold.
     """
     piece_cpu_s = {g: measured.get(f"{g}_busy_cpu_s", 0.0) or measured[g] for g in PER_PIECE}
     out = {
@@ -253,6 +256,7 @@ def factors(measured: Mapping[str, float], charged: Mapping[str, float]) -> dict
         + max(0.0, measured["serve"] - charged.get("serve", 0.0))
     )
     out["background_cores"] = extra_cpu_s / wall_s if wall_s > 0.0 else 0.0
+    out["probe_cpu_s"] = float(measured.get("probe_cpu_s", 0.0))
     if measured.get("decode_restarts", 0.0) > 0.0:
         out["decode_restart_s"] = measured["decode_restart_s"] / measured["decode_restarts"]
     return out

@@ -1,10 +1,17 @@
-"""How much of the host's cores *other* jobs used while a runtime cluster ran (Linux /proc).
+"""The host's conditions while a runtime cluster ran: how much of its cores *other* jobs used (Linux
+/proc), and how fast the cores ran (a speed probe).
 
 `HostLoadSampler` sums the CPU ticks (utime + stime, all threads) that every process outside our own
 process tree (the sampling `dualpath validate` and its descendants) consumed per `interval_s`; CPU used ÷
 wall is `external_cores`, which the twin removes from the host's capacity (`sim.host`). Consumed CPU and
 not a runnable-thread count: with autogroup one busy thread of another session takes up to a whole core
 and a niced group almost nothing (docs/twin.md "Other jobs on the host" has the measurements).
+
+Each sample also times `speed_probe_cpu_s`: a fixed loop of interpreted Python, in this thread's CPU
+time (so waiting for a core is not in it). A virtual machine's cores change speed with the load of the
+machine under them; on this project's 2-vCPU host the probe took ≈ 5.6 or ≈ 9.4 ms per 200k iterations,
+each vCPU switching between the two within seconds. The twin runs our threads' CPU at the probe's speed
+during the run against during the calibration's replays (docs/twin.md "The host's speed").
 """
 
 from __future__ import annotations
@@ -19,6 +26,21 @@ from pathlib import Path
 _PROC = Path("/proc")
 # 100 ms: a few samples per second catch short-lived jobs; at ~0.3 ms each the sampler costs < 1 % of a core.
 DEFAULT_INTERVAL_S = 0.1
+# ≈ 0.5–1 ms of one core here: < 1 % of a core at one probe per sample.
+PROBE_ITERATIONS = 20_000
+
+
+def speed_probe_cpu_s(iterations: int = PROBE_ITERATIONS) -> float:
+    """This thread's CPU seconds for `iterations` of an interpreted loop: more when the cores run slower.
+
+    Interpreted Python, not a torch kernel: the runtime's oracle replays are mostly Python (scheduler,
+    HTTP, per-item and per-layer calls), and over twelve oracle replays this probe's mean tracked their
+    JCT (r = 0.78) where a 64 × 64 matmul's did not (r = 0.42) (docs/twin.md "The host's speed")."""
+    start = time.thread_time()
+    total = 0
+    for i in range(iterations):
+        total += i
+    return time.thread_time() - start
 
 
 def clock_ticks_per_s() -> float:
@@ -82,6 +104,7 @@ class HostLoadSampler:
         self.interval_s, self.proc, self.clock = interval_s, proc, clock
         self.ticks_per_s = clock_ticks_per_s()
         self.external_ticks = 0  # consumed by other jobs since the first sample
+        self.probe_cpu_s_total, self.probes = 0.0, 0  # the speed probe's CPU seconds, its count
         self._last: dict[int, int] = {}  # pid -> ticks at its previous sample
         self._start_s: float | None = None
         self._end_s: float | None = None
@@ -106,6 +129,8 @@ class HostLoadSampler:
             if not first:
                 self.external_ticks += max(0, ticks - self._last.get(pid, 0))
         self._last = seen
+        self.probe_cpu_s_total += speed_probe_cpu_s()
+        self.probes += 1
         if first:
             self._start_s = now
         self._end_s = now
@@ -120,6 +145,10 @@ class HostLoadSampler:
         if self._start_s is None or self._end_s is None or self._end_s <= self._start_s:
             return None
         return self.external_ticks / self.ticks_per_s / (self._end_s - self._start_s)
+
+    def probe_cpu_s(self) -> float | None:
+        """The speed probe's mean CPU seconds over the samples (None before the first)."""
+        return self.probe_cpu_s_total / self.probes if self.probes else None
 
     def __enter__(self) -> HostLoadSampler:
         self.sample()

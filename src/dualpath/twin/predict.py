@@ -99,10 +99,13 @@ def twin_simulation(
     overheads: CalibrationOverheads,
     host_cores: float,
     external_cores: float = 0.0,
+    probe_cpu_s: float = 0.0,
     cpu_factors: Mapping[str, float] | None = None,
 ) -> Simulation:
     """`config`'s simulator with engines on the calibrated host (sim/host.py): other jobs' cores are
-    capacity we do not get; `cpu_factors` are the in-situ factors (`NO_FACTORS` where not measured)."""
+    capacity we do not get; `cpu_factors` are the in-situ factors (`NO_FACTORS` where not measured);
+    `probe_cpu_s`, the host's speed probe during the run (`host_load`; 0: not measured), against the
+    factors' own sets the cores' speed."""
     from dualpath.engine.modes import get_mode
     from dualpath.runtime.loadgen import poisson_starts
     from dualpath.runtime.persist import COMMITS_IN_FLIGHT
@@ -113,6 +116,7 @@ def twin_simulation(
     o = overheads
     host = HostSpec(
         capacity_cores=max(_MIN_CAPACITY_CORES, host_cores - external_cores),
+        cpu_speed=cpu_speed(f["probe_cpu_s"], probe_cpu_s),
         background_cores=f["background_cores"],
         pe_efficiency=f["pe_efficiency"],
         de_efficiency=f["de_efficiency"],
@@ -127,6 +131,15 @@ def twin_simulation(
     starts = poisson_starts(len(trajectories), config.aps, np.random.default_rng([seed, 1]))
     config = replace(config, step_costs=costs, host=host, agent_starts_s=tuple(starts))
     return Simulation(config, trajectories, seed=seed)
+
+
+def cpu_speed(calibrated_probe_cpu_s: float, run_probe_cpu_s: float) -> float:
+    """The cores' speed in a run against in the calibration's replays: the speed probe's CPU time there
+    over here (1 where either was not measured). Every CPU cost the twin charges was measured, or scaled
+    by an in-situ factor, at the calibration's speed."""
+    if calibrated_probe_cpu_s > 0.0 and run_probe_cpu_s > 0.0:
+        return calibrated_probe_cpu_s / run_probe_cpu_s
+    return 1.0
 
 
 def sim_hardware(spec: RuntimeClusterSpec, cal: Calibration) -> HardwareSpec:
@@ -216,6 +229,7 @@ def predict(
     aps: float | None = None,
     seed: int = 0,
     external_cores: float = 0.0,
+    probe_cpu_s: float = 0.0,
     cpu_factors: Mapping[str, float] | None = None,
     scheduler_rates: Mapping[str, float] | None = None,
 ) -> tuple[dict[str, Any], SimOutcome]:
@@ -223,7 +237,8 @@ def predict(
     `cpu_s_by_thread` (the CPU seconds the twin charged each of our threads).
 
     `external_cores`: cores other jobs used on the host meanwhile (`host_load.HostLoadSampler`); our own
-    processes' CPU is predicted from the calibration (`twin_simulation`). `cpu_factors`: the
+    processes' CPU is predicted from the calibration (`twin_simulation`). `probe_cpu_s`: the host's
+    speed probe meanwhile (`host_load`), the cores' speed against the calibration's. `cpu_factors`: the
     in-situ factors per thread group (`calibration_runtime`), by default the calibration's for `mode`.
     `scheduler_rates`: the measured run's scheduler constants (`sim_config`).
     """
@@ -231,7 +246,8 @@ def predict(
         cpu_factors = cal.cpu_factors(mode)
     sim = twin_simulation(sim_config(spec, cal, mode, aps=aps, scheduler_rates=scheduler_rates), trajectories, seed=seed,
                          overheads=cal.overheads, host_cores=host_cores(cal),
-                         external_cores=external_cores, cpu_factors=cpu_factors)  # fmt: skip
+                         external_cores=external_cores, probe_cpu_s=probe_cpu_s,
+                         cpu_factors=cpu_factors)  # fmt: skip
     outcome = sim.run()
     metrics = metrics_from_sim(outcome, spec)
     assert sim.host is not None

@@ -22,6 +22,7 @@ from dualpath.twin.host_load import HostLoadSampler
 from dualpath.twin.predict import predict, read_path_bytes
 
 COMPARED = ("jct_s", "ttft_mean_s", "ttft_p90_s", "tpot_mean_s", "throughput_tok_s")
+CONDITIONS = ("external_cores", "probe_cpu_s")  # the host's, sampled during a run (`host_load`)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -31,7 +32,9 @@ class ModeResult:
     mode: str
     measured: dict[str, Any]
     predicted: dict[str, Any]
-    runs: tuple[dict[str, dict[str, float]], ...] = ()  # per run: the compared metrics, both sides
+    runs: tuple[
+        dict[str, dict[str, float | None]], ...
+    ] = ()  # per run: the compared metrics, both sides; the conditions
 
     def error_pct(self) -> dict[str, float | None]:
         return {k: error_pct(self.measured.get(k), self.predicted.get(k)) for k in COMPARED}
@@ -100,6 +103,7 @@ def measure_mode(
             summary, result = run_bench(server.url, options, progress=progress)
     measured = measured_metrics(summary, result.rounds)
     measured["external_cores"] = host.cores()
+    measured["probe_cpu_s"] = host.probe_cpu_s()
     return measured
 
 
@@ -142,15 +146,16 @@ def validate(
             progress(f"{label} replaying {options.agents} agents on a fresh {spec.name} cluster ...")
             measured = measure_mode(mode, options, config=config, settings=settings, progress=bars)
             measured["read_path_bytes"] = read_path_bytes(measured["snic_bytes"], spec)
-            # Other jobs' CPU on the host while the runtime ran: the one input the twin takes from the
-            # run, as a condition of the machine (not a metric); docs/twin.md "Other jobs".
-            external = measured.get("external_cores") or 0.0
-            progress(f"{label} simulating the trace on the calibrated twin "
-                     f"(other jobs used {external:.2f} cores) ...")  # fmt: skip
+            # Other jobs' CPU on the host and its cores' speed while the runtime ran: inputs the twin
+            # takes from the run, as conditions of the machine (not metrics); docs/twin.md "Other jobs
+            # on the host", "The host's speed".
+            external, probe = measured.get("external_cores") or 0.0, measured.get("probe_cpu_s") or 0.0
+            progress(f"{label} simulating the trace on the calibrated twin (other jobs used "
+                     f"{external:.2f} cores; speed probe {1e3 * probe:.2f} ms) ...")  # fmt: skip
             # And the run's scheduler constants (β, the §6.4 quota: the PE measured them at start-up),
             # so that the twin's core batches as the runtime's did: inputs of the run, like its config.
             predicted, _ = predict(spec, cal, mode, trajectories, aps=options.aps, seed=options.seed,
-                                   external_cores=external,
+                                   external_cores=external, probe_cpu_s=probe,
                                    scheduler_rates=measured.get("scheduler_rates"))  # fmt: skip
             runs[mode].append((measured, predicted))
     return {
@@ -159,7 +164,11 @@ def validate(
             measured=mean_of([m for m, _ in pairs]),
             predicted=mean_of([p for _, p in pairs]),
             runs=tuple(
-                {"measured": {k: m[k] for k in COMPARED}, "predicted": {k: p[k] for k in COMPARED}}
+                {
+                    "measured": {k: m[k] for k in COMPARED},
+                    "predicted": {k: p[k] for k in COMPARED},
+                    "conditions": {k: m.get(k) for k in CONDITIONS},
+                }
                 for m, p in pairs
             ),
         )
