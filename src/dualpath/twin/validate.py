@@ -23,6 +23,8 @@ from dualpath.twin.predict import predict, read_path_bytes
 
 COMPARED = ("jct_s", "ttft_mean_s", "ttft_p90_s", "tpot_mean_s", "throughput_tok_s")
 CONDITIONS = ("external_cores", "probe_cpu_s")  # the host's, sampled during a run (`host_load`)
+# One run: "measured" and "predicted" (the COMPARED metrics), "conditions" (the run's CONDITIONS).
+RunRecord = dict[str, dict[str, float | None]]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -32,9 +34,7 @@ class ModeResult:
     mode: str
     measured: dict[str, Any]
     predicted: dict[str, Any]
-    runs: tuple[
-        dict[str, dict[str, float | None]], ...
-    ] = ()  # per run: the compared metrics, both sides; the conditions
+    runs: tuple[RunRecord, ...] = ()  # per run
 
     def error_pct(self) -> dict[str, float | None]:
         return {k: error_pct(self.measured.get(k), self.predicted.get(k)) for k in COMPARED}
