@@ -1,6 +1,6 @@
 """`dualpath calibrate`: measure the runtime's machine, fit the simulator's cost model, write a preset.
 
-NOTE: the twin's step one. The simulator predicts the runtime only if its coefficients describe the
+The twin's step one: the simulator predicts the runtime only if its coefficients describe the
 runtime's machine, so this module times what the node processes run (the tiny model's `prefill_layer`
 and `decode_step`, emulated SNIC/CNIC, shared-memory writes with notices, ZeroMQ control messages,
 `FileStore` reads and writes) and fits them with the GPU cost model's own forms (`calibration_fit`).
@@ -203,16 +203,8 @@ def _line(d: Mapping[str, Any]) -> LineFit:
     return fit_line(sized.sizes_bytes, sized.times_s)
 
 
-def _hardware(
-    model: ModelSpec,
-    m: Mapping[str, Any],
-    bf16: float,
-    linear: float,
-    *,
-    snic: float,
-    cnic: float,
-    storage: float,
-) -> HardwareSpec:
+def _hardware(model: ModelSpec, m: Mapping[str, Any], bf16: float, linear: float, *, snic: float,
+              cnic: float, storage: float) -> HardwareSpec:  # fmt: skip
     c = m["cluster"]
     gpu = GpuSpec(
         name="cpu-calibrated",
@@ -236,21 +228,12 @@ def _hardware(
     return hardware
 
 
-# ---- the preset file ------------------------------------------------------------------------------
-
-
 # ---- the whole run --------------------------------------------------------------------------------
 
 
-def calibrate(
-    cluster: RuntimeClusterSpec,
-    *,
-    quick: bool = False,
-    threads: int = 1,
-    tick: Tick | None = None,
-    store_dir: Path | None = None,
-    runtime_modes: Sequence[str] = RUNTIME_MODES,
-) -> Calibration:
+def calibrate(cluster: RuntimeClusterSpec, *, quick: bool = False, threads: int = 1,
+              tick: Tick | None = None, store_dir: Path | None = None,
+              runtime_modes: Sequence[str] = RUNTIME_MODES) -> Calibration:  # fmt: skip
     """Measure and fit. `threads`: torch threads, 1 by default as in a node process (runtime/node.py).
     `runtime_modes`: modes whose in-situ CPU factors are measured on a local cluster (none: skip)."""
     started = time.perf_counter()

@@ -33,8 +33,7 @@ NO_FACTORS = {
     "background_cores": 0.0,
     "pe_efficiency": 1.0,
     "de_efficiency": 1.0,
-    # The host's speed probe during the replays the factors came from (`host_load`); 0: not measured,
-    # and the twin runs the cores at the calibration's speed.
+    # The host's speed probe during the replays the factors came from (`host_load`); 0: not measured.
     "probe_cpu_s": 0.0,
 }
 

@@ -162,14 +162,8 @@ class StoreTimes:
     read: SizedTimes  # `read_layer_block_into` (one pread) and `read_full_block_into`, checksummed
 
 
-def measure_file_store(
-    *,
-    num_layers: int,
-    layer_block_bytes: Sequence[int],
-    repeats: int,
-    tick: Tick,
-    directory: Path | None = None,
-) -> StoreTimes:
+def measure_file_store(*, num_layers: int, layer_block_bytes: Sequence[int], repeats: int, tick: Tick,
+                       directory: Path | None = None) -> StoreTimes:  # fmt: skip
     """Writes and reads of Full Blocks whose Layer Blocks have the given sizes (page-cache warm reads, as a
     block written by a DE and read back in the next round is)."""
     rng = np.random.default_rng(2)

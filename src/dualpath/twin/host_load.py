@@ -6,12 +6,8 @@ process tree (the sampling `dualpath validate` and its descendants) consumed per
 wall is `external_cores`, which the twin removes from the host's capacity (`sim.host`). Consumed CPU and
 not a runnable-thread count: with autogroup one busy thread of another session takes up to a whole core
 and a niced group almost nothing (docs/twin.md "Other jobs on the host" has the measurements).
-
-Each sample also times `speed_probe_cpu_s`: a fixed loop of interpreted Python, in this thread's CPU
-time (so waiting for a core is not in it). A virtual machine's cores change speed with the load of the
-machine under them; on this project's 2-vCPU host the probe took ≈ 5.6 or ≈ 9.4 ms per 200k iterations,
-each vCPU switching between the two within seconds. The twin runs our threads' CPU at the probe's speed
-during the run against during the calibration's replays (docs/twin.md "The host's speed").
+Each sample also times a speed probe: a virtual machine's cores change speed with the load of the
+machine under them (docs/twin.md "The host's speed").
 """
 
 from __future__ import annotations
@@ -31,11 +27,8 @@ PROBE_ITERATIONS = 20_000
 
 
 def speed_probe_cpu_s(iterations: int = PROBE_ITERATIONS) -> float:
-    """This thread's CPU seconds for `iterations` of an interpreted loop: more when the cores run slower.
-
-    Interpreted Python, not a torch kernel: the runtime's oracle replays are mostly Python (scheduler,
-    HTTP, per-item and per-layer calls), and over twelve oracle replays this probe's mean tracked their
-    JCT (r = 0.78) where a 64 × 64 matmul's did not (r = 0.42) (docs/twin.md "The host's speed")."""
+    """This thread's CPU seconds (waiting for a core is not in it) for an interpreted loop: more when the
+    cores run slower. Python, not a torch kernel: it tracked oracle replays' JCT better (docs/twin.md)."""
     start = time.thread_time()
     total = 0
     for i in range(iterations):
@@ -92,14 +85,8 @@ class HostLoadSampler:
     our first scan missed, i.e. none). A process that starts and exits between two samples is missed.
     """
 
-    def __init__(
-        self,
-        root_pid: int | None = None,
-        *,
-        interval_s: float = DEFAULT_INTERVAL_S,
-        proc: Path = _PROC,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
+    def __init__(self, root_pid: int | None = None, *, interval_s: float = DEFAULT_INTERVAL_S,
+                 proc: Path = _PROC, clock: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
         self.root_pid = os.getpid() if root_pid is None else root_pid
         self.interval_s, self.proc, self.clock = interval_s, proc, clock
         self.ticks_per_s = clock_ticks_per_s()

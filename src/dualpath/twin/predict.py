@@ -103,9 +103,7 @@ def twin_simulation(
     cpu_factors: Mapping[str, float] | None = None,
 ) -> Simulation:
     """`config`'s simulator with engines on the calibrated host (sim/host.py): other jobs' cores are
-    capacity we do not get; `cpu_factors` are the in-situ factors (`NO_FACTORS` where not measured);
-    `probe_cpu_s`, the host's speed probe during the run (`host_load`; 0: not measured), against the
-    factors' own sets the cores' speed."""
+    capacity we do not get; `cpu_factors` are the in-situ factors (`NO_FACTORS` where not measured)."""
     from dualpath.engine.modes import get_mode
     from dualpath.runtime.loadgen import poisson_starts
     from dualpath.runtime.persist import COMMITS_IN_FLIGHT
@@ -114,9 +112,12 @@ def twin_simulation(
     f = {**NO_FACTORS, **{g: float(v) for g, v in given.items() if g in NO_FACTORS}}
     assert config.cost_model is not None  # the calibrated cost model (`sim_config`)
     o = overheads
+    # The cores' speed against the factors' replays: the speed probe's CPU there over here (1: unmeasured).
+    ref = f["probe_cpu_s"]
+    speed = ref / probe_cpu_s if ref > 0.0 and probe_cpu_s > 0.0 else 1.0
     host = HostSpec(
         capacity_cores=max(_MIN_CAPACITY_CORES, host_cores - external_cores),
-        cpu_speed=cpu_speed(f["probe_cpu_s"], probe_cpu_s),
+        cpu_speed=speed,
         background_cores=f["background_cores"],
         pe_efficiency=f["pe_efficiency"],
         de_efficiency=f["de_efficiency"],
@@ -131,15 +132,6 @@ def twin_simulation(
     starts = poisson_starts(len(trajectories), config.aps, np.random.default_rng([seed, 1]))
     config = replace(config, step_costs=costs, host=host, agent_starts_s=tuple(starts))
     return Simulation(config, trajectories, seed=seed)
-
-
-def cpu_speed(calibrated_probe_cpu_s: float, run_probe_cpu_s: float) -> float:
-    """The cores' speed in a run against in the calibration's replays: the speed probe's CPU time there
-    over here (1 where either was not measured). Every CPU cost the twin charges was measured, or scaled
-    by an in-situ factor, at the calibration's speed."""
-    if calibrated_probe_cpu_s > 0.0 and run_probe_cpu_s > 0.0:
-        return calibrated_probe_cpu_s / run_probe_cpu_s
-    return 1.0
 
 
 def sim_hardware(spec: RuntimeClusterSpec, cal: Calibration) -> HardwareSpec:
@@ -237,8 +229,8 @@ def predict(
     `cpu_s_by_thread` (the CPU seconds the twin charged each of our threads).
 
     `external_cores`: cores other jobs used on the host meanwhile (`host_load.HostLoadSampler`); our own
-    processes' CPU is predicted from the calibration (`twin_simulation`). `probe_cpu_s`: the host's
-    speed probe meanwhile (`host_load`), the cores' speed against the calibration's. `cpu_factors`: the
+    processes' CPU is predicted from the calibration (`twin_simulation`); `probe_cpu_s`, the host's speed
+    probe meanwhile (`host_load`). `cpu_factors`: the
     in-situ factors per thread group (`calibration_runtime`), by default the calibration's for `mode`.
     `scheduler_rates`: the measured run's scheduler constants (`sim_config`).
     """

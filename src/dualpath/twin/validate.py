@@ -23,8 +23,6 @@ from dualpath.twin.predict import predict, read_path_bytes
 
 COMPARED = ("jct_s", "ttft_mean_s", "ttft_p90_s", "tpot_mean_s", "throughput_tok_s")
 CONDITIONS = ("external_cores", "probe_cpu_s")  # the host's, sampled during a run (`host_load`)
-# One run: "measured" and "predicted" (the COMPARED metrics), "conditions" (the run's CONDITIONS).
-RunRecord = dict[str, dict[str, float | None]]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -34,7 +32,7 @@ class ModeResult:
     mode: str
     measured: dict[str, Any]
     predicted: dict[str, Any]
-    runs: tuple[RunRecord, ...] = ()  # per run
+    runs: tuple[dict[str, dict[str, float | None]], ...] = ()  # per run: metrics, conditions
 
     def error_pct(self) -> dict[str, float | None]:
         return {k: error_pct(self.measured.get(k), self.predicted.get(k)) for k in COMPARED}
@@ -79,14 +77,8 @@ def trace_rounds(options: BenchOptions) -> list[list[tuple[int, int]]]:
     return [list(plan.rounds) for plan in make_plans(options)]
 
 
-def measure_mode(
-    mode: str,
-    options: BenchOptions,
-    *,
-    config: str,
-    settings: Sequence[str] = (),
-    progress: bool = False,
-) -> dict[str, Any]:
+def measure_mode(mode: str, options: BenchOptions, *, config: str, settings: Sequence[str] = (),
+                 progress: bool = False) -> dict[str, Any]:  # fmt: skip
     """One fresh cluster with an empty store (as `runtime.experiment.run_mode`), keeping per-round times."""
     from dualpath.runtime.bench import run as run_bench
     from dualpath.runtime.launcher import ServeProcess
@@ -123,18 +115,9 @@ def measured_metrics(summary: dict[str, Any], rounds: Sequence[Any]) -> dict[str
     }
 
 
-def validate(
-    spec: RuntimeClusterSpec,
-    cal: Calibration,
-    options: BenchOptions,
-    modes: Sequence[str],
-    *,
-    config: str,
-    settings: Sequence[str] = (),
-    progress: Tick = lambda _: None,
-    bars: bool = False,
-    repeats: int = 1,
-) -> dict[str, ModeResult]:
+def validate(spec: RuntimeClusterSpec, cal: Calibration, options: BenchOptions, modes: Sequence[str], *,
+             config: str, settings: Sequence[str] = (), progress: Tick = lambda _: None, bars: bool = False,
+             repeats: int = 1) -> dict[str, ModeResult]:  # fmt: skip
     """Each mode `repeats` times, on a fresh cluster each time, modes interleaved (a drift of the host
     over minutes then touches every mode alike); each run predicted with its own conditions, and the
     means compared: one run of the same trace moves by up to ±25 % (oracle, docs/twin.md)."""
@@ -146,9 +129,8 @@ def validate(
             progress(f"{label} replaying {options.agents} agents on a fresh {spec.name} cluster ...")
             measured = measure_mode(mode, options, config=config, settings=settings, progress=bars)
             measured["read_path_bytes"] = read_path_bytes(measured["snic_bytes"], spec)
-            # Other jobs' CPU on the host and its cores' speed while the runtime ran: inputs the twin
-            # takes from the run, as conditions of the machine (not metrics); docs/twin.md "Other jobs
-            # on the host", "The host's speed".
+            # Other jobs' CPU and the cores' speed while the runtime ran: the machine's conditions, which
+            # the twin takes from the run (not metrics; docs/twin.md "Other jobs", "The host's speed").
             external, probe = measured.get("external_cores") or 0.0, measured.get("probe_cpu_s") or 0.0
             progress(f"{label} simulating the trace on the calibrated twin (other jobs used "
                      f"{external:.2f} cores; speed probe {1e3 * probe:.2f} ms) ...")  # fmt: skip
