@@ -69,8 +69,6 @@ def test_forward_python_is_the_forward_cpu_beyond_layers_and_head() -> None:
     assert m["items"] == [1.0, 1.0, 4.0, 4.0] * 2 and m["layerwise"] == [1.0] * 4 + [0.0] * 4
     assert m["cached_tokens"] == [0.0, 512.0] * 4
     assert all(0 <= p < f for p, f in zip(m["python_s"], m["forward_cpu_s"], strict=True))
-    # Loading 512 cached rows per item (copies out of DRAM, hit rows to bytes) costs CPU beyond the layers.
-    assert m["python_s"][3] > m["python_s"][2]
     line = forward_python_terms(
         {"items": [1, 1, 4, 4], "cached_tokens": [0, 100, 0, 100], "python_s": [0.002, 0.003, 0.005, 0.009]}
     )
