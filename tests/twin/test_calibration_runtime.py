@@ -16,6 +16,7 @@ from dualpath.runtime.prom import ServeMetrics, parse_decode_restarts, parse_eng
 from dualpath.twin import load_calibration
 from dualpath.twin.calibration import NO_FACTORS
 from dualpath.twin.calibration_runtime import (
+    EFFICIENCY_KEYS,
     MIN_EFFICIENCY,
     _thread_ticks,
     cpu_by_group,
@@ -48,8 +49,9 @@ def test_factors_are_per_piece_ratios_a_background_and_the_mean_restart() -> Non
     pieces = factors(_measured(pe_engine_busy_cpu_s=1.5), charged)
     assert pieces["pe_engine"] == 1.5 and pieces["de_engine"] == 1.5
     assert pieces["background_cores"] == pytest.approx((0.3 + 0.5 + 0.9 - 0.1 + 0.5) / 4.0)
-    # Nothing charged, no wall, no restart: the defaults (efficiencies come from `efficiencies`).
-    assert none == {k: v for k, v in NO_FACTORS.items() if not k.endswith("_efficiency")}
+    # Nothing charged, no wall, no restart: the defaults (the DE's efficiency and the PE's stall come
+    # from `efficiencies`).
+    assert none == {k: v for k, v in NO_FACTORS.items() if k not in EFFICIENCY_KEYS.values()}
 
 
 def test_replays_pool_by_sums_so_the_factors_weigh_each_replay_by_its_work() -> None:
@@ -149,31 +151,40 @@ def test_engine_work_counts_pieces_wall_and_the_thread_cpu_and_reaches_the_metri
     assert parsed["p0"] == (2.0, pytest.approx(stats["engine_wall_s"]), pytest.approx(stats["engine_cpu_s"]))
 
 
-def test_efficiency_is_one_fixed_point_step_of_the_wall_per_cpu_ratio() -> None:
-    measured = {"pe_engine_wall_s": 4.0, "pe_engine_busy_cpu_s": 2.0, "de_engine_wall_s": 3.0,
-                "de_engine_busy_cpu_s": 3.0}  # fmt: skip
-    # The twin's PE pieces took 1.5 wall per CPU second against the runtime's 2: it runs at 0.75.
-    twin = {"pe_engine_wall_s": 3.0, "pe_engine_busy_cpu_s": 2.0, "de_engine_wall_s": 3.3,
-            "de_engine_busy_cpu_s": 3.0}  # fmt: skip
-    assert efficiencies(measured, twin) == {"pe_efficiency": pytest.approx(0.75), "de_efficiency": 1.0}
-    # A twin that already ran the PE at 0.8 and still saw 1.5: the next step is 0.8 x 0.75.
-    assert efficiencies(measured, twin | {"pe_efficiency": 0.8})["pe_efficiency"] == pytest.approx(0.6)
-    assert efficiencies(measured, twin | {"pe_efficiency": 0.01})["pe_efficiency"] == MIN_EFFICIENCY
+def test_de_efficiency_and_pe_stall_are_one_fixed_point_step_each() -> None:
+    measured = {"pe_engine_wall_s": 4.0, "pe_engine_busy_cpu_s": 2.0, "de_engine_wall_s": 4.0,
+                "de_engine_busy_cpu_s": 2.0}  # fmt: skip
+    # The twin's decode runs took 1.5 wall per CPU second against the runtime's 2: they run at 0.75.
+    # Its 10 forwards took 3 s of wall against the runtime's 4: each stalls 0.1 s more.
+    twin = {"pe_engine_pieces": 10.0, "pe_engine_wall_s": 3.0, "pe_engine_busy_cpu_s": 2.0,
+            "de_engine_wall_s": 3.0, "de_engine_busy_cpu_s": 2.0}  # fmt: skip
+    assert efficiencies(measured, twin) == {
+        "de_efficiency": pytest.approx(0.75),
+        "pe_stall_s": pytest.approx(0.1),
+    }
+    # A twin that already ran at 0.8 and a 0.05 s stall and still lacked as much: 0.8 x 0.75 and 0.15 s.
+    step = efficiencies(measured, twin | {"de_efficiency": 0.8, "pe_stall_s": 0.05})
+    assert step == {"de_efficiency": pytest.approx(0.6), "pe_stall_s": pytest.approx(0.15)}
+    assert efficiencies(measured, twin | {"de_efficiency": 0.01})["de_efficiency"] == MIN_EFFICIENCY
+    # Forwards longer than the runtime's: the stall shrinks, never below 0.
+    assert efficiencies(measured, twin | {"pe_engine_wall_s": 4.5, "pe_stall_s": 0.02})["pe_stall_s"] == 0.0
     assert efficiencies({}, twin) == {}  # no engine counters in the measurement: nothing to say
 
 
-def test_an_engine_efficiency_slows_its_pieces_and_frees_the_cores_for_the_others() -> None:
+def test_a_pe_stall_adds_its_time_to_each_forward_whatever_its_size() -> None:
     cal = load_calibration(CALIBRATION)
     spec = RuntimeClusterSpec(snic_bytes_per_s=6e6, cnic_bytes_per_s=48e9)
-    trace = [[(150, 1)]]  # one forward on an idle host, no decode run
-    full = predict(spec, cal, "oracle", trace, cpu_factors={"decode_restart_s": 0.0})[0]
-    half = predict(spec, cal, "oracle", trace, cpu_factors={"decode_restart_s": 0.0, "pe_efficiency": 0.5})[0]
-    pe_full, pe_half = full["engine_work"]["pe_engine"], half["engine_work"]["pe_engine"]
-    assert pe_full[0] == pe_half[0] == 1  # one piece each, the same CPU
-    assert pe_half[2] == pytest.approx(pe_full[2])
-    assert pe_full[1] == pytest.approx(pe_full[2])  # alone on the host: wall = CPU
-    assert pe_half[1] == pytest.approx(2 * pe_half[2])  # at efficiency 0.5: twice the wall
-    assert half["ttft_mean_s"] - full["ttft_mean_s"] == pytest.approx(pe_full[2], rel=1e-6)
+    for trace in ([[(150, 1)]], [[(600, 1)]]):  # one forward on an idle host, no decode run
+        plain = predict(spec, cal, "oracle", trace, cpu_factors={"decode_restart_s": 0.0})[0]
+        stalled = predict(
+            spec, cal, "oracle", trace, cpu_factors={"decode_restart_s": 0.0, "pe_stall_s": 0.05}
+        )[0]
+        pe_plain, pe_stalled = plain["engine_work"]["pe_engine"], stalled["engine_work"]["pe_engine"]
+        assert pe_plain[0] == pe_stalled[0] == 1  # one piece each, the same CPU
+        assert pe_stalled[2] == pytest.approx(pe_plain[2])
+        assert pe_plain[1] == pytest.approx(pe_plain[2])  # alone on the host: wall = CPU
+        assert pe_stalled[1] == pytest.approx(pe_plain[2] + 0.05)  # plus the stall, not times a factor
+        assert stalled["ttft_mean_s"] - plain["ttft_mean_s"] == pytest.approx(0.05, rel=1e-6)
 
 
 def test_the_twin_charges_the_in_situ_factors_and_background() -> None:

@@ -182,12 +182,12 @@ def test_demo_rows_get_predictions_from_a_cached_calibration(cal, tmp_path: Path
     from dualpath.cli.demo_twin import add_predictions, cached_calibration, format_predictions
     from dualpath.runtime.bench import BenchOptions
 
-    in_situ = "\n[runtime_cpu.basic]\npe_engine = 1.5\nbackground_cores = 0.3\npe_efficiency = 0.8\n"
+    in_situ = "\n[runtime_cpu.basic]\npe_engine = 1.5\nbackground_cores = 0.3\npe_stall_s = 0.02\n"
     (tmp_path / "calibration-local-1p2d.toml").write_text(CALIBRATION.read_text() + in_situ)
     said: list[str] = []
     cached = cached_calibration("local-1p2d", folder=tmp_path, say=said.append)
     assert said == [] and cached.hardware == cal.hardware  # read from the cache, nothing measured
-    assert cached.runtime_cpu == {"basic": {"pe_engine": 1.5, "background_cores": 0.3, "pe_efficiency": 0.8}}
+    assert cached.runtime_cpu == {"basic": {"pe_engine": 1.5, "background_cores": 0.3, "pe_stall_s": 0.02}}
     rows = [{"mode": m, "jct_s": 2.0, "ttft_mean_s": 0.2} for m in ("basic", "oracle")]
     add_predictions(rows, cached, "local-1p2d", BenchOptions(agents=3, max_rounds=2))
     assert rows[0]["predicted_jct_s"] > rows[1]["predicted_jct_s"] > 0
@@ -205,7 +205,7 @@ def test_a_cached_calibration_without_in_situ_factors_is_measured_again(
     calibrate_module = importlib.import_module("dualpath.twin.calibrate")  # the module, not the function
 
     fresh = dataclasses.replace(
-        load_calibration(CALIBRATION), runtime_cpu={"oracle": {"pe_engine": 2.0, "pe_efficiency": 0.6}}
+        load_calibration(CALIBRATION), runtime_cpu={"oracle": {"pe_engine": 2.0, "pe_stall_s": 0.03}}
     )
     monkeypatch.setattr(calibrate_module, "calibrate", lambda *a, **k: fresh)
     (tmp_path / "calibration-local-1p2d.toml").write_text(CALIBRATION.read_text())  # an old cache
@@ -213,7 +213,7 @@ def test_a_cached_calibration_without_in_situ_factors_is_measured_again(
     assert cached_calibration("local-1p2d", folder=tmp_path, say=said.append).runtime_cpu == fresh.runtime_cpu
     assert len(said) == 1 and "calibrating" in said[0]
     assert load_calibration(tmp_path / "calibration-local-1p2d.toml").runtime_cpu == fresh.runtime_cpu
-    # In-situ factors without the engines' efficiencies (an older calibration): measured again too.
+    # In-situ factors without the PE's stall (an older calibration): measured again too.
     monkeypatch.setattr(importlib.import_module("dualpath.twin.calibration"), "load_calibration",
                         lambda *a, **k: dataclasses.replace(fresh, runtime_cpu={"oracle": {"pe_engine": 2.0}}))  # fmt: skip
     cached_calibration("local-1p2d", folder=tmp_path, say=said.append)

@@ -26,11 +26,9 @@ def cached_calibration(
     if path.is_file():
         try:
             cached = load_calibration(path)
-            # A cache written before the in-situ factors, or before the engines' efficiencies: measure again.
-            with_efficiencies = all(
-                "pe_efficiency" in f or "de_efficiency" in f for f in cached.runtime_cpu.values()
-            )
-            if cached.runtime_cpu and with_efficiencies:
+            # A cache written before the in-situ factors, or before the PE's stall: measure again.
+            with_stall = all("pe_stall_s" in f for f in cached.runtime_cpu.values())
+            if cached.runtime_cpu and with_stall:
                 return cached
         except CalibrationError:
             pass  # an old or broken cache: measure again

@@ -7,8 +7,10 @@ process with one torch thread, beside its scheduler and its client, on a host wi
 
 - Shared cores (`host_cpu.HostCpu`): a forward is CPU work on the PE's thread, a decode run on the
   DE's, messages and streamed chunks on the scheduler's (`serve`), a request's HTTP side half there and
-  half on the client's, each shared by processor sharing with a background of our own busy threads. An
-  engine's piece keeps its thread only `pe_efficiency` / `de_efficiency` busy (the GIL, wake-ups).
+  half on the client's, each shared by processor sharing with a background of our own busy threads. A
+  decode run keeps its thread only `de_efficiency` busy (the GIL, wake-ups: its wall grows with its CPU);
+  a forward's thread computes flat out and the forward then stalls `pe_stall_s` (its wall beyond the CPU
+  does not grow with the CPU: the step's hand-offs between the PE's threads, wake-ups).
   A layerwise forward's CPU starts with the step and its last layer waits for the last load
   (`engine.pipeline`'s form); a whole-KV forward's starts when its loads are done; an oracle forward
   is CPU alone. A joiner cuts a decode run at the step boundary its CPU progress has reached.
@@ -40,8 +42,8 @@ class HostSpec:
     capacity_cores: float  # the host's cores less what other jobs took
     cpu_speed: float = 1.0  # the cores' speed against when the CPU costs were measured (`host_cpu`)
     background_cores: float = 0.0  # our threads that work all the time (reports, polls, copies)
-    pe_efficiency: float = 1.0  # the share of its thread's time a PE forward keeps busy
-    de_efficiency: float = 1.0  # the same for a DE decode run
+    pe_stall_s: float = 0.0  # a PE forward's wall beyond its CPU, per forward, whatever its size
+    de_efficiency: float = 1.0  # the share of its thread's time a DE decode run keeps busy
     client_cpu_factor: float = 1.0  # measured ÷ charged CPU of the client's side of a request
     command_trip_s: float = 0.0  # scheduler -> a node's engine thread (and a completion back)
     commit_s: float = 0.0  # one store commit (temp file, fsync, rename)
@@ -152,8 +154,9 @@ class RuntimeHost:
         self.s.sim.schedule(self.trip_s, self._forward_on_pe, step, step.compute_s, self.s._compute_done)
 
     def _forward_on_pe(self, step: Any, cpu_s: float, then: Any) -> None:
+        stall_s = self.spec.pe_stall_s
         self._forward_work[step.c.node_id] = self.cpu.submit(
-            f"pe{step.c.node_id}", cpu_s, lambda: then(step), weight=self.spec.pe_efficiency
+            f"pe{step.c.node_id}", cpu_s, lambda: self.s.sim.schedule(stall_s, then, step)
         )
 
     def _forward_computed(self, step: Any) -> None:

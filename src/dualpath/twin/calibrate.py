@@ -24,7 +24,7 @@ from dualpath.config.specs import GpuSpec, HardwareSpec, ModelSpec
 from dualpath.config.validate import validate
 from dualpath.runtime.cluster import RuntimeClusterSpec
 from dualpath.sim.cost import CostModel
-from dualpath.twin.calibration import Calibration, CalibrationOverheads, Tick, de_hbm_bytes
+from dualpath.twin.calibration import NO_FACTORS, Calibration, CalibrationOverheads, Tick, de_hbm_bytes
 from dualpath.twin.calibration_fit import (
     DecodePoint,
     LineFit,
@@ -268,7 +268,7 @@ def measure_in_situ(
 ) -> dict[str, dict[str, dict[str, float]]]:
     """Per mode: the runtime's CPU per thread group on the training replays and what the twin charges
     for them, each pooled over the replays (`calibration_runtime.pooled`); then the twin's engine pieces
-    on the same replays with those factors, in fixed-point steps of the engines' efficiencies
+    on the same replays with those factors, in fixed-point steps of the DE's efficiency and the PE's stall
     (`calibration_runtime.efficiencies`; the last step's twin numbers are stored as `twin_engine_s`)."""
     from dualpath.runtime.cluster import dump_cluster
     from dualpath.twin.calibration_runtime import (
@@ -291,7 +291,7 @@ def measure_in_situ(
         for _ in range(EFFICIENCY_STEPS):  # the last run's numbers are stored; loading takes one more step
             f |= efficiencies(m, twin)
             twin = pooled([twin_engine_work(cluster, calibration, mode, r, f) for r in replays])
-            twin |= {key: f.get(key, 1.0) for key in EFFICIENCY_KEYS.values()}  # what it ran with
+            twin |= {key: f.get(key, NO_FACTORS[key]) for key in EFFICIENCY_KEYS.values()}  # what it ran with
         out[mode] = {"measured_cpu_s": m, "charged_cpu_s": charged, "twin_engine_s": twin}
     return out
 

@@ -31,7 +31,7 @@ NO_FACTORS = {
     "de_engine": 1.0,
     "client": 1.0,
     "background_cores": 0.0,
-    "pe_efficiency": 1.0,
+    "pe_stall_s": 0.0,
     "de_efficiency": 1.0,
     # The host's speed probe during the replays the factors came from (`host_load`); 0: not measured.
     "probe_cpu_s": 0.0,

@@ -34,13 +34,13 @@ TRAINING_SEEDS = (1_000_003, 1_000_037, 1_000_039, 1_000_081, 1_000_099)
 TRAINING_AGENTS = 16  # the validate default's concurrency: the same contention
 TRAINING_ROUNDS = 5
 GROUPS = ("pe_engine", "pe_io", "de_engine", "de_io", "serve", "client")
-# An engine thread's efficiency: the share of a busy piece's wall time it runs, beyond what the cores'
-# sharing explains (`factors`). Floor: a measurement gone wrong must not stall the twin.
+# A DE decode run's efficiency: the share of a busy run's wall time its thread runs, beyond what the
+# cores' sharing explains (`factors`). Floor: a measurement gone wrong must not stall the twin.
 MIN_EFFICIENCY = 0.25
-EFFICIENCY_KEYS = {"pe_engine": "pe_efficiency", "de_engine": "de_efficiency"}
-# The efficiencies change the twin's contention, hence its own wall ÷ CPU: a few fixed-point steps
-# (`calibrate.measure_in_situ`). The steps shrink: on 1P2D, oracle's PE went 0.80, 0.69, 0.64.
-EFFICIENCY_STEPS = 4
+EFFICIENCY_KEYS = {"de_engine": "de_efficiency", "pe_engine": "pe_stall_s"}
+# The efficiency and the PE's stall change the twin's contention, hence its own pieces' wall: a few
+# fixed-point steps (`calibrate.measure_in_situ`).
+EFFICIENCY_STEPS = 8
 # Work per piece the twin charges (a forward, a decode step, a request's client side): a factor on it.
 PER_PIECE = ("pe_engine", "de_engine", "client")
 # Threads that work all the time (reports every 20 ms, polls, copies beside the link pacing), and the
@@ -208,27 +208,35 @@ def twin_engine_work(
     EngineWork counts them."""
     metrics = _twin_on_replay(spec, calibration, mode, measured, cpu_factors)
     out = {}
-    for group, (_, wall_s, cpu_s) in metrics["engine_work"].items():
-        out[f"{group}_wall_s"], out[f"{group}_busy_cpu_s"] = wall_s, cpu_s
+    for group, (pieces, wall_s, cpu_s) in metrics["engine_work"].items():
+        out[f"{group}_pieces"], out[f"{group}_wall_s"], out[f"{group}_busy_cpu_s"] = pieces, wall_s, cpu_s
     return out
 
 
 def efficiencies(measured: Mapping[str, float], twin: Mapping[str, float]) -> dict[str, float]:
-    """Per engine group: the efficiency the twin ran with (`twin[key]`, 1 by default) times (the twin's
-    wall ÷ CPU per piece) ÷ (the runtime's), within [MIN_EFFICIENCY, 1]: one fixed-point step.
+    """One fixed-point step of what the twin's engine pieces lose beyond the cores' sharing, from the
+    twin's pieces on the training replays (`twin`, with what it ran with: `twin[key]`) against the
+    runtime's. The runtime's pieces also hold what the twin does not model: the GIL held by the
+    process's other threads (I/O, sends, the main loop) and wake-ups on busy cores. Measured per piece
+    (docs/twin.md "Engine pieces"), the two engines lose it differently:
 
-    The twin's ratio is what sharing the cores costs a piece; the runtime's also holds what the twin does
-    not model: the GIL held by the process's other threads (I/O, sends, the main loop) and wake-ups on
-    busy cores. The twin's host (`sim.host`) gives each engine piece this weight on the cores (a thread
-    that keeps itself this busy), so the wall it loses goes to the other threads, as it does on the host.
+    - a DE decode run's wall ÷ CPU is about the same for short and long runs: `de_efficiency`, the
+      weight the twin's host (`sim.host`) gives the run on the cores (the wall it loses goes to the other
+      threads), times (the twin's wall ÷ CPU) ÷ (the runtime's), within [MIN_EFFICIENCY, 1];
+    - a PE forward's wall beyond its CPU is about the same for a 10 ms forward and a 0.7 s one:
+      `pe_stall_s`, a fixed time per forward, plus the runtime's wall the twin's forwards lack, per
+      twin forward, at least 0.
     """
     out = {}
-    for group, key in EFFICIENCY_KEYS.items():
-        m_wall, m_cpu = measured.get(f"{group}_wall_s", 0.0), measured.get(f"{group}_busy_cpu_s", 0.0)
-        t_wall, t_cpu = twin.get(f"{group}_wall_s", 0.0), twin.get(f"{group}_busy_cpu_s", 0.0)
-        if min(m_wall, m_cpu, t_wall, t_cpu) > 0.0:
-            step = (t_wall / t_cpu) / (m_wall / m_cpu)
-            out[key] = max(MIN_EFFICIENCY, min(1.0, twin.get(key, 1.0) * step))
+    m_wall, m_cpu = measured.get("de_engine_wall_s", 0.0), measured.get("de_engine_busy_cpu_s", 0.0)
+    t_wall, t_cpu = twin.get("de_engine_wall_s", 0.0), twin.get("de_engine_busy_cpu_s", 0.0)
+    if min(m_wall, m_cpu, t_wall, t_cpu) > 0.0:
+        step = (t_wall / t_cpu) / (m_wall / m_cpu)
+        out["de_efficiency"] = max(MIN_EFFICIENCY, min(1.0, twin.get("de_efficiency", 1.0) * step))
+    m_wall, t_wall = measured.get("pe_engine_wall_s", 0.0), twin.get("pe_engine_wall_s", 0.0)
+    if min(m_wall, t_wall, twin.get("pe_engine_pieces", 0.0)) > 0.0:
+        lacking_s = (m_wall - t_wall) / twin["pe_engine_pieces"]
+        out["pe_stall_s"] = max(0.0, twin.get("pe_stall_s", 0.0) + lacking_s)
     return out
 
 

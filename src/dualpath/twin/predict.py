@@ -119,7 +119,7 @@ def twin_simulation(
         capacity_cores=max(_MIN_CAPACITY_CORES, host_cores - external_cores),
         cpu_speed=speed,
         background_cores=f["background_cores"],
-        pe_efficiency=f["pe_efficiency"],
+        pe_stall_s=f["pe_stall_s"],
         de_efficiency=f["de_efficiency"],
         client_cpu_factor=f["client"],
         # The in-situ wait between a DE's decode runs, where measured, else the idle round trip.
