@@ -151,7 +151,7 @@ def test_engine_work_counts_pieces_wall_and_the_thread_cpu_and_reaches_the_metri
     assert parsed["p0"] == (2.0, pytest.approx(stats["engine_wall_s"]), pytest.approx(stats["engine_cpu_s"]))
 
 
-def test_de_efficiency_and_pe_stall_are_one_fixed_point_step_each() -> None:
+def test_the_fixed_point_steps_the_de_efficiency_the_pe_stall_and_the_piece_factors() -> None:
     measured = {"pe_engine_wall_s": 4.0, "pe_engine_busy_cpu_s": 2.0, "de_engine_wall_s": 4.0,
                 "de_engine_busy_cpu_s": 2.0}  # fmt: skip
     # The twin's decode runs took 1.5 wall per CPU second against the runtime's 2: they run at 0.75.
@@ -168,6 +168,9 @@ def test_de_efficiency_and_pe_stall_are_one_fixed_point_step_each() -> None:
     assert efficiencies(measured, twin | {"de_efficiency": 0.01})["de_efficiency"] == MIN_EFFICIENCY
     # Forwards longer than the runtime's: the stall shrinks, never below 0.
     assert efficiencies(measured, twin | {"pe_engine_wall_s": 4.5, "pe_stall_s": 0.02})["pe_stall_s"] == 0.0
+    # A per-piece factor the twin ran with: times the runtime's CPU in the pieces over the twin's.
+    step = efficiencies(measured, twin | {"pe_engine": 1.2, "pe_engine_busy_cpu_s": 1.6})
+    assert step["pe_engine"] == pytest.approx(1.2 * 2.0 / 1.6) and "de_engine" not in step
     assert efficiencies({}, twin) == {}  # no engine counters in the measurement: nothing to say
 
 
@@ -185,6 +188,11 @@ def test_a_pe_stall_adds_its_time_to_each_forward_whatever_its_size() -> None:
         assert pe_plain[1] == pytest.approx(pe_plain[2])  # alone on the host: wall = CPU
         assert pe_stalled[1] == pytest.approx(pe_plain[2] + 0.05)  # plus the stall, not times a factor
         assert stalled["ttft_mean_s"] - plain["ttft_mean_s"] == pytest.approx(0.05, rel=1e-6)
+    # At half the cores' speed (the speed probe took twice the calibration's) the forward's CPU and its
+    # stall, a wait for the cores, both take twice as long.
+    slow_factors = {"decode_restart_s": 0.0, "pe_stall_s": 0.05, "probe_cpu_s": 0.001}
+    slow = predict(spec, cal, "oracle", trace, cpu_factors=slow_factors, probe_cpu_s=0.002)[0]
+    assert slow["engine_work"]["pe_engine"][1] == pytest.approx(2 * (pe_plain[2] + 0.05))
 
 
 def test_the_twin_charges_the_in_situ_factors_and_background() -> None:

@@ -272,8 +272,8 @@ def measure_in_situ(
     (`calibration_runtime.efficiencies`; the last step's twin numbers are stored as `twin_engine_s`)."""
     from dualpath.runtime.cluster import dump_cluster
     from dualpath.twin.calibration_runtime import (
-        EFFICIENCY_KEYS,
         EFFICIENCY_STEPS,
+        FIXED_POINT_KEYS,
         efficiencies,
         factors,
         measure_runtime_cpu,
@@ -291,7 +291,7 @@ def measure_in_situ(
         for _ in range(EFFICIENCY_STEPS):  # the last run's numbers are stored; loading takes one more step
             f |= efficiencies(m, twin)
             twin = pooled([twin_engine_work(cluster, calibration, mode, r, f) for r in replays])
-            twin |= {key: f.get(key, NO_FACTORS[key]) for key in EFFICIENCY_KEYS.values()}  # what it ran with
+            twin |= {key: f.get(key, NO_FACTORS[key]) for key in FIXED_POINT_KEYS}  # what it ran with
         out[mode] = {"measured_cpu_s": m, "charged_cpu_s": charged, "twin_engine_s": twin}
     return out
 

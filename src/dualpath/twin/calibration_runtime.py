@@ -38,6 +38,7 @@ GROUPS = ("pe_engine", "pe_io", "de_engine", "de_io", "serve", "client")
 # cores' sharing explains (`factors`). Floor: a measurement gone wrong must not stall the twin.
 MIN_EFFICIENCY = 0.25
 EFFICIENCY_KEYS = {"de_engine": "de_efficiency", "pe_engine": "pe_stall_s"}
+FIXED_POINT_KEYS = ("pe_engine", "de_engine", *EFFICIENCY_KEYS.values())  # what a twin replay ran with
 # The efficiency and the PE's stall change the twin's contention, hence its own pieces' wall: a few
 # fixed-point steps (`calibrate.measure_in_situ`).
 EFFICIENCY_STEPS = 8
@@ -214,18 +215,16 @@ def twin_engine_work(
 
 
 def efficiencies(measured: Mapping[str, float], twin: Mapping[str, float]) -> dict[str, float]:
-    """One fixed-point step of what the twin's engine pieces lose beyond the cores' sharing, from the
-    twin's pieces on the training replays (`twin`, with what it ran with: `twin[key]`) against the
-    runtime's. The runtime's pieces also hold what the twin does not model: the GIL held by the
-    process's other threads (I/O, sends, the main loop) and wake-ups on busy cores. Measured per piece
-    (docs/twin.md "Engine pieces"), the two engines lose it differently:
+    """One fixed-point step, from the twin's engine pieces on the training replays (`twin`, with what it
+    ran with: `twin[key]`) against the runtime's. Those also lose what the twin does not model: the GIL
+    held by the process's other threads, wake-ups on busy cores. Measured per piece (docs/twin.md "Engine
+    pieces"), a decode run's wall ÷ CPU is about the same for short and long runs, and a forward's wall
+    beyond its CPU is about the same for a 10 ms forward and a 0.7 s one. So:
 
-    - a DE decode run's wall ÷ CPU is about the same for short and long runs: `de_efficiency`, the
-      weight the twin's host (`sim.host`) gives the run on the cores (the wall it loses goes to the other
-      threads), times (the twin's wall ÷ CPU) ÷ (the runtime's), within [MIN_EFFICIENCY, 1];
-    - a PE forward's wall beyond its CPU is about the same for a 10 ms forward and a 0.7 s one:
-      `pe_stall_s`, a fixed time per forward, plus the runtime's wall the twin's forwards lack, per
-      twin forward, at least 0.
+    - `de_efficiency`, the weight the twin's host (`sim.host`) gives a decode run on the cores (the wall
+      it loses goes to the other threads): times (twin wall ÷ CPU) ÷ (runtime's), in [MIN_EFFICIENCY, 1];
+    - `pe_stall_s`, a fixed wait after each forward's CPU: plus the PE wall the twin lacks per forward;
+    - the per-piece factors: times the runtime's CPU in the pieces ÷ the twin's (its batching moves).
     """
     out = {}
     m_wall, m_cpu = measured.get("de_engine_wall_s", 0.0), measured.get("de_engine_busy_cpu_s", 0.0)
@@ -233,6 +232,10 @@ def efficiencies(measured: Mapping[str, float], twin: Mapping[str, float]) -> di
     if min(m_wall, m_cpu, t_wall, t_cpu) > 0.0:
         step = (t_wall / t_cpu) / (m_wall / m_cpu)
         out["de_efficiency"] = max(MIN_EFFICIENCY, min(1.0, twin.get("de_efficiency", 1.0) * step))
+    for group in ("pe_engine", "de_engine"):
+        m_cpu, t_cpu = measured.get(f"{group}_busy_cpu_s", 0.0), twin.get(f"{group}_busy_cpu_s", 0.0)
+        if group in twin and min(m_cpu, t_cpu) > 0.0:
+            out[group] = twin[group] * m_cpu / t_cpu
     m_wall, t_wall = measured.get("pe_engine_wall_s", 0.0), twin.get("pe_engine_wall_s", 0.0)
     if min(m_wall, t_wall, twin.get("pe_engine_pieces", 0.0)) > 0.0:
         lacking_s = (m_wall - t_wall) / twin["pe_engine_pieces"]

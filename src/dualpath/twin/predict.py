@@ -112,18 +112,19 @@ def twin_simulation(
     f = {**NO_FACTORS, **{g: float(v) for g, v in given.items() if g in NO_FACTORS}}
     assert config.cost_model is not None  # the calibrated cost model (`sim_config`)
     o = overheads
-    # The cores' speed against the factors' replays: the speed probe's CPU there over here (1: unmeasured).
+    # The cores' speed against the factors' replays: the speed probe's CPU there over here (1: unmeasured);
+    # the forward's stall and the trips are waits for the cores (the GIL, wake-ups): they scale with it.
     ref = f["probe_cpu_s"]
     speed = ref / probe_cpu_s if ref > 0.0 and probe_cpu_s > 0.0 else 1.0
     host = HostSpec(
         capacity_cores=max(_MIN_CAPACITY_CORES, host_cores - external_cores),
         cpu_speed=speed,
         background_cores=f["background_cores"],
-        pe_stall_s=f["pe_stall_s"],
+        pe_stall_s=f["pe_stall_s"] / speed,
         de_efficiency=f["de_efficiency"],
         client_cpu_factor=f["client"],
         # The in-situ wait between a DE's decode runs, where measured, else the idle round trip.
-        command_trip_s=float(given.get("decode_restart_s", o.control_round_trip_s)),
+        command_trip_s=float(given.get("decode_restart_s", o.control_round_trip_s)) / speed,
         commit_s=o.store_write_op_s,
         commits_in_flight=COMMITS_IN_FLIGHT,
         **{k: getattr(o, k) for k in _HOST_TERMS},  # the same names in both
