@@ -271,27 +271,18 @@ def measure_in_situ(
     on the same replays with those factors, in fixed-point steps of the DE's efficiency and the PE's stall
     (`calibration_runtime.efficiencies`; the last step's twin numbers are stored as `twin_engine_s`)."""
     from dualpath.runtime.cluster import dump_cluster
-    from dualpath.twin.calibration_runtime import (
-        EFFICIENCY_STEPS,
-        FIXED_POINT_KEYS,
-        efficiencies,
-        factors,
-        measure_runtime_cpu,
-        pooled,
-        twin_cpu_s,
-        twin_engine_work,
-    )
+    from dualpath.twin import calibration_runtime as cr
 
-    measured = measure_runtime_cpu(dump_cluster(cluster), modes, tick)
+    measured = cr.measure_runtime_cpu(dump_cluster(cluster), modes, tick)
     out = {}
     for mode, replays in measured.items():
-        m = pooled(replays)
-        charged = pooled([twin_cpu_s(cluster, calibration, mode, r) for r in replays])
-        f, twin = factors(m, charged), {}
-        for _ in range(EFFICIENCY_STEPS):  # the last run's numbers are stored; loading takes one more step
-            f |= efficiencies(m, twin)
-            twin = pooled([twin_engine_work(cluster, calibration, mode, r, f) for r in replays])
-            twin |= {key: f.get(key, NO_FACTORS[key]) for key in FIXED_POINT_KEYS}  # what it ran with
+        m = cr.pooled(replays)
+        charged = cr.pooled([cr.twin_cpu_s(cluster, calibration, mode, r) for r in replays])
+        f, twin = cr.factors(m, charged), {}
+        for _ in range(cr.EFFICIENCY_STEPS):  # the last run is stored; loading steps once more
+            f |= cr.efficiencies(m, twin)
+            twin = cr.pooled([cr.twin_engine_work(cluster, calibration, mode, r, f) for r in replays])
+            twin |= {key: f.get(key, NO_FACTORS[key]) for key in cr.FIXED_POINT_KEYS}  # what it ran with
         out[mode] = {"measured_cpu_s": m, "charged_cpu_s": charged, "twin_engine_s": twin}
     return out
 
