@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
+
+import pytest
 
 from dualpath.config.loader import load_cluster
 from dualpath.sim.agents import load_trajectories
@@ -48,3 +51,29 @@ def test_given_agent_starts_and_command_trips() -> None:
         for o in (quick, slow)
     ]
     assert ttft[1] > ttft[0] + 0.05
+
+
+def test_a_copy_into_the_de_cache_takes_a_command_trip_each_way() -> None:
+    from types import SimpleNamespace
+
+    from dualpath.engine import commands as cmd
+    from dualpath.sim.host import RuntimeHost
+    from dualpath.sim.kernel import Simulator
+
+    kernel, flow_s, trip_s, done = Simulator(), 0.2, 0.05, []
+
+    def start_flow(
+        size: float, path: tuple[str, ...], cls: object, then: Callable[..., None], *args: object
+    ) -> None:
+        assert size == 64 * 10.0 and path == ("de3",)
+        kernel.schedule(flow_s, then, *args)
+
+    sim = SimpleNamespace(
+        sim=kernel, kv_bytes=10.0, net=SimpleNamespace(start_flow=start_flow),
+        topo=SimpleNamespace(h2d=lambda de: (f"de{de}",)), _h2d_done=lambda rid: done.append((rid, kernel.now_s)),
+    )  # fmt: skip
+    host = RuntimeHost(sim, HostSpec(capacity_cores=2.0, command_trip_s=trip_s))
+    host.h2d(cmd.StartH2D(de_engine=3, request_id=7, tokens=64, hit_tokens=48))
+    kernel.run()
+    # The command's trip to the DE's copy thread, the bytes over its CNIC, the completion's trip back.
+    assert done == [(7, pytest.approx(trip_s + flow_s + trip_s))]

@@ -479,6 +479,9 @@ class Simulation:
         self._do(self.core.on_read_done(node, request_id, self.sim.now_s))
 
     def _h2d(self, c: cmd.StartH2D) -> None:
+        if self.host is not None:
+            self.host.h2d(c)  # the command's trip to the DE and its completion's back; it calls `_h2d_done`
+            return
         self.net.start_flow(c.tokens * self.kv_bytes, self.topo.h2d(c.de_engine), LOW, self._h2d_done,
                             c.request_id)  # fmt: skip
 

@@ -15,8 +15,9 @@ process with one torch thread, beside its scheduler and its client, on a host wi
   (`engine.pipeline`'s form); a whole-KV forward's starts when its loads are done; an oracle forward
   is CPU alone. A joiner cuts a decode run at the step boundary its CPU progress has reached.
 - Command trips (`command_trip_s`): scheduler -> engine thread before a forward computes, between a
-  DE's decode runs (the core's run length, `CoreConfig.max_decode_run_steps`, one message each), and
-  node -> scheduler -> client for a first token and a `done`.
+  DE's decode runs (the core's run length, `CoreConfig.max_decode_run_steps`, one message each),
+  scheduler -> DE and back around a copy into the cache (`h2d`), and node -> scheduler -> client for a
+  first token and a `done`.
 - HTTP legs: a round reaches the scheduler `http_leg_s` + per prompt token (times the core share) after
   the client sent it; TTFT counts from the send, as the load generator's does.
 - Store writes (the runtime's `PipelinedWriter`): one job (persist command) at a time per DE node on its
@@ -177,6 +178,21 @@ class RuntimeHost:
         began_s, work = self._forward_began.pop(node, None), self._forward_work.pop(node, None)
         if began_s is not None and work is not None:
             self._count_piece("pe_engine", self.s.sim.now_s - began_s, work.total_cpu_s)
+
+    # ---- a DE's copy into its cache ------------------------------------------------------------------
+    def h2d(self, c: cmd.StartH2D) -> None:
+        """The scheduler's command reaches the DE's copy thread, the bytes cross its CNIC (loopback), and
+        the completion goes back: a trip each way, like every other command of a node."""
+        s, trip_s = self.s, self.trip_s
+
+        def copied(request_id: int) -> None:
+            s.sim.schedule(trip_s, s._h2d_done, request_id)
+
+        def arrived() -> None:
+            s.net.start_flow(c.tokens * s.kv_bytes, s.topo.h2d(c.de_engine), TrafficClass.LOW, copied,
+                             c.request_id)  # fmt: skip
+
+        s.sim.schedule(trip_s, arrived)
 
     # ---- store writes -----------------------------------------------------------------------------
     def persist(self, c: cmd.StartPersist) -> None:
