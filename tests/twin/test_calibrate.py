@@ -161,7 +161,11 @@ def test_calibrate_measures_the_runtime_in_situ_per_mode(quick_preset: tuple[Pat
             assert 0 < busy_cpu_s <= measured[group] * 1.05 and measured[f"{group}_wall_s"] >= busy_cpu_s, (
                 mode
             )
-            assert f[group] == pytest.approx(busy_cpu_s / charged[group]), mode
+            # Measured ÷ charged, then stepped in the fixed point: the factor the twin's last replays ran
+            # with, times the runtime's CPU in the pieces ÷ the twin's.
+            twin = stored["twin_engine_s"]
+            assert twin[group] > 0 and charged[group] > 0, mode
+            assert f[group] == pytest.approx(twin[group] * busy_cpu_s / twin[f"{group}_busy_cpu_s"]), mode
         assert f["background_cores"] > 0.0, mode
         # The DE efficiency's and the PE stall's fixed point ran on the twin's pieces of the same replays.
         assert stored["twin_engine_s"]["pe_engine_busy_cpu_s"] > 0, mode
