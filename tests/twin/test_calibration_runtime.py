@@ -16,12 +16,12 @@ from dualpath.runtime.prom import ServeMetrics, parse_decode_restarts, parse_eng
 from dualpath.twin import load_calibration
 from dualpath.twin.calibration import NO_FACTORS
 from dualpath.twin.calibration_runtime import (
-    EFFICIENCY_KEYS,
     MIN_EFFICIENCY,
+    PIECE_KEYS,
     _thread_ticks,
     cpu_by_group,
-    efficiencies,
     factors,
+    fixed_point_step,
     pooled,
     twin_engine_work,
 )
@@ -50,8 +50,8 @@ def test_factors_are_per_piece_ratios_a_background_and_the_mean_restart() -> Non
     assert pieces["pe_engine"] == 1.5 and pieces["de_engine"] == 1.5
     assert pieces["background_cores"] == pytest.approx((0.3 + 0.5 + 0.9 - 0.1 + 0.5) / 4.0)
     # Nothing charged, no wall, no restart: the defaults (the DE's efficiency and the PE's stall come
-    # from `efficiencies`).
-    assert none == {k: v for k, v in NO_FACTORS.items() if k not in EFFICIENCY_KEYS.values()}
+    # from `fixed_point_step`).
+    assert none == {k: v for k, v in NO_FACTORS.items() if k not in PIECE_KEYS.values()}
 
 
 def test_replays_pool_by_sums_so_the_factors_weigh_each_replay_by_its_work() -> None:
@@ -71,7 +71,7 @@ def test_replays_pool_by_sums_so_the_factors_weigh_each_replay_by_its_work() -> 
 
 def test_the_twin_replays_a_training_run_with_the_other_jobs_cores_it_had() -> None:
     # Other jobs' load during a training replay is the machine's condition, as in validate: the twin
-    # replays it with that capacity, so the efficiencies do not absorb it (and validate count it twice).
+    # replays it with that capacity, so the fixed point does not absorb it (and validate count it twice).
     cal, spec = load_calibration(CALIBRATION), RuntimeClusterSpec(snic_bytes_per_s=6e6, cnic_bytes_per_s=48e6)
     twin = {
         e: twin_engine_work(spec, cal, "oracle", {"seed": 3.0, "external_cores": e}, {}) for e in (0.0, 1.0)
@@ -158,20 +158,22 @@ def test_the_fixed_point_steps_the_de_efficiency_the_pe_stall_and_the_piece_fact
     # Its 10 forwards took 3 s of wall against the runtime's 4: each stalls 0.1 s more.
     twin = {"pe_engine_pieces": 10.0, "pe_engine_wall_s": 3.0, "pe_engine_busy_cpu_s": 2.0,
             "de_engine_wall_s": 3.0, "de_engine_busy_cpu_s": 2.0}  # fmt: skip
-    assert efficiencies(measured, twin) == {
+    assert fixed_point_step(measured, twin) == {
         "de_efficiency": pytest.approx(0.75),
         "pe_stall_s": pytest.approx(0.1),
     }
     # A twin that already ran at 0.8 and a 0.05 s stall and still lacked as much: 0.8 x 0.75 and 0.15 s.
-    step = efficiencies(measured, twin | {"de_efficiency": 0.8, "pe_stall_s": 0.05})
+    step = fixed_point_step(measured, twin | {"de_efficiency": 0.8, "pe_stall_s": 0.05})
     assert step == {"de_efficiency": pytest.approx(0.6), "pe_stall_s": pytest.approx(0.15)}
-    assert efficiencies(measured, twin | {"de_efficiency": 0.01})["de_efficiency"] == MIN_EFFICIENCY
+    assert fixed_point_step(measured, twin | {"de_efficiency": 0.01})["de_efficiency"] == MIN_EFFICIENCY
     # Forwards longer than the runtime's: the stall shrinks, never below 0.
-    assert efficiencies(measured, twin | {"pe_engine_wall_s": 4.5, "pe_stall_s": 0.02})["pe_stall_s"] == 0.0
+    assert (
+        fixed_point_step(measured, twin | {"pe_engine_wall_s": 4.5, "pe_stall_s": 0.02})["pe_stall_s"] == 0.0
+    )
     # A per-piece factor the twin ran with: times the runtime's CPU in the pieces over the twin's.
-    step = efficiencies(measured, twin | {"pe_engine": 1.2, "pe_engine_busy_cpu_s": 1.6})
+    step = fixed_point_step(measured, twin | {"pe_engine": 1.2, "pe_engine_busy_cpu_s": 1.6})
     assert step["pe_engine"] == pytest.approx(1.2 * 2.0 / 1.6) and "de_engine" not in step
-    assert efficiencies({}, twin) == {}  # no engine counters in the measurement: nothing to say
+    assert fixed_point_step({}, twin) == {}  # no engine counters in the measurement: nothing to say
 
 
 def test_a_pe_stall_adds_its_time_to_each_forward_whatever_its_size() -> None:

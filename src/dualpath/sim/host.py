@@ -182,7 +182,7 @@ class RuntimeHost:
     # ---- a DE's copy into its cache ------------------------------------------------------------------
     def h2d(self, c: cmd.StartH2D) -> None:
         """The scheduler's command reaches the DE's copy thread, the bytes cross its CNIC (loopback), and
-        the completion goes back: a trip each way, like every other command of a node."""
+        the completion goes back: a trip each way, as for a forward's and a decode run's commands."""
         s, trip_s = self.s, self.trip_s
 
         def copied(request_id: int) -> None:

@@ -169,12 +169,12 @@ def fit_measurements(
 
 def _runtime_cpu_factors(m: Mapping[str, Any]) -> dict[str, dict[str, float]]:
     """Per mode: the in-situ factors (`calibration_runtime.factors`) from the stored numbers, if any."""
-    from dualpath.twin.calibration_runtime import efficiencies, factors
+    from dualpath.twin.calibration_runtime import factors, fixed_point_step
 
     stored = m.get("runtime_cpu", {})
     return {
         mode: factors(d["measured_cpu_s"], d["charged_cpu_s"])
-        | efficiencies(d["measured_cpu_s"], d.get("twin_engine_s", {}))
+        | fixed_point_step(d["measured_cpu_s"], d.get("twin_engine_s", {}))
         for mode, d in stored.items()
     }
 
@@ -269,7 +269,7 @@ def measure_in_situ(
     """Per mode: the runtime's CPU per thread group on the training replays and what the twin charges
     for them, each pooled over the replays (`calibration_runtime.pooled`); then the twin's engine pieces
     on the same replays with those factors, in fixed-point steps of the DE's efficiency and the PE's stall
-    (`calibration_runtime.efficiencies`; the last step's twin numbers are stored as `twin_engine_s`)."""
+    (`calibration_runtime.fixed_point_step`; the last step's twin numbers are stored as `twin_engine_s`)."""
     from dualpath.runtime.cluster import dump_cluster
     from dualpath.twin import calibration_runtime as cr
 
@@ -279,8 +279,8 @@ def measure_in_situ(
         m = cr.pooled(replays)
         charged = cr.pooled([cr.twin_cpu_s(cluster, calibration, mode, r) for r in replays])
         f, twin = cr.factors(m, charged), {}
-        for _ in range(cr.EFFICIENCY_STEPS):  # the last run is stored; loading steps once more
-            f |= cr.efficiencies(m, twin)
+        for _ in range(cr.FIXED_POINT_STEPS):  # the last run is stored; loading steps once more
+            f |= cr.fixed_point_step(m, twin)
             twin = cr.pooled([cr.twin_engine_work(cluster, calibration, mode, r, f) for r in replays])
             twin |= {key: f.get(key, NO_FACTORS[key]) for key in cr.FIXED_POINT_KEYS}  # what it ran with
         out[mode] = {"measured_cpu_s": m, "charged_cpu_s": charged, "twin_engine_s": twin}

@@ -37,11 +37,11 @@ GROUPS = ("pe_engine", "pe_io", "de_engine", "de_io", "serve", "client")
 # A DE decode run's efficiency: the share of a busy run's wall time its thread runs, beyond what the
 # cores' sharing explains (`factors`). Floor: a measurement gone wrong must not stall the twin.
 MIN_EFFICIENCY = 0.25
-EFFICIENCY_KEYS = {"de_engine": "de_efficiency", "pe_engine": "pe_stall_s"}
-FIXED_POINT_KEYS = ("pe_engine", "de_engine", *EFFICIENCY_KEYS.values())  # what a twin replay ran with
+PIECE_KEYS = {"de_engine": "de_efficiency", "pe_engine": "pe_stall_s"}  # fitted per engine, beside its factor
+FIXED_POINT_KEYS = ("pe_engine", "de_engine", *PIECE_KEYS.values())  # what a twin replay ran with
 # The efficiency and the PE's stall change the twin's contention, hence its own pieces' wall: a few
 # fixed-point steps (`calibrate.measure_in_situ`).
-EFFICIENCY_STEPS = 8
+FIXED_POINT_STEPS = 8
 # Work per piece the twin charges (a forward, a decode step, a request's client side): a factor on it.
 PER_PIECE = ("pe_engine", "de_engine", "client")
 # Threads that work all the time (reports every 20 ms, polls, copies beside the link pacing), and the
@@ -205,7 +205,7 @@ def twin_engine_work(
     spec: Any, calibration: Any, mode: str, measured: Mapping[str, float], cpu_factors: Mapping[str, float]
 ) -> dict[str, float]:
     """The twin's engine pieces on one training replay with `cpu_factors` (the per-piece factors, the
-    background, the efficiencies so far): wall and CPU seconds per engine group, as the runtime's
+    background, the DE's efficiency and the PE's stall so far): wall and CPU seconds per engine group, as the runtime's
     EngineWork counts them."""
     metrics = _twin_on_replay(spec, calibration, mode, measured, cpu_factors)
     out = {}
@@ -214,7 +214,7 @@ def twin_engine_work(
     return out
 
 
-def efficiencies(measured: Mapping[str, float], twin: Mapping[str, float]) -> dict[str, float]:
+def fixed_point_step(measured: Mapping[str, float], twin: Mapping[str, float]) -> dict[str, float]:
     """One fixed-point step, from the twin's engine pieces on the training replays (`twin`, with what it
     ran with: `twin[key]`) against the runtime's. Those also lose what the twin does not model: the GIL
     held by the process's other threads, wake-ups on busy cores. Measured per piece (docs/twin.md "Engine
