@@ -204,9 +204,9 @@ def twin_cpu_s(spec: Any, calibration: Any, mode: str, measured: Mapping[str, fl
 def twin_engine_work(
     spec: Any, calibration: Any, mode: str, measured: Mapping[str, float], cpu_factors: Mapping[str, float]
 ) -> dict[str, float]:
-    """The twin's engine pieces on one training replay with `cpu_factors` (the per-piece factors, the
-    background, the DE's efficiency and the PE's stall so far): wall and CPU seconds per engine group, as the runtime's
-    EngineWork counts them."""
+    """The twin's engine pieces on one training replay with `cpu_factors` (the factors, the background,
+    the DE's efficiency and the PE's stall so far): per engine group its pieces, their wall and CPU
+    seconds, as the runtime's EngineWork counts them."""
     metrics = _twin_on_replay(spec, calibration, mode, measured, cpu_factors)
     out = {}
     for group, (pieces, wall_s, cpu_s) in metrics["engine_work"].items():
