@@ -5,8 +5,6 @@ import pytest
 
 from dualpath.cli.main import main
 
-CONVERSATION = Path("/work/shared/data/mooncake/conversation_trace.jsonl")
-
 
 def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict:
     assert main(list(argv)) == 0
@@ -60,9 +58,8 @@ def test_stats_on_bad_file_is_a_user_error(tmp_path: Path, capsys: pytest.Captur
     assert f"{bad}:1:" in capsys.readouterr().err
 
 
-@pytest.mark.skipif(not CONVERSATION.exists(), reason="shared Mooncake trace not present")
 def test_stats_on_mooncake_conversation_trace(capsys: pytest.CaptureFixture[str]) -> None:
-    stats = run_json(capsys, "trace", "stats", str(CONVERSATION), "--json")
+    stats = run_json(capsys, "trace", "stats", "mooncake-conversation", "--json")
     assert stats["requests"] == 12_031
     assert round(stats["input_tokens"]["mean"]) == 12_035
     assert stats["sessions"] < 12_031

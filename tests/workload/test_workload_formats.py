@@ -7,9 +7,8 @@ from dualpath.workload.datasets import load_dataset, load_trace
 from dualpath.workload.errors import TraceFormatError
 from dualpath.workload.jsonl import read_trajectories, write_trajectories
 from dualpath.workload.mooncake import read_mooncake
+from dualpath.workload.shipped import shipped_trace
 from dualpath.workload.trajectory import Round, Trajectory
-
-CONVERSATION = Path("/work/shared/data/mooncake/conversation_trace.jsonl")
 
 
 def make_trajectories() -> tuple[Trajectory, ...]:
@@ -90,9 +89,8 @@ def test_bad_mooncake_line_names_file_and_line(tmp_path: Path, line: str, messag
     assert read_mooncake(path, skip_bad=True).skipped_lines == 1
 
 
-@pytest.mark.skipif(not CONVERSATION.exists(), reason="shared Mooncake trace not present")
 def test_mooncake_conversation_trace_counts() -> None:
-    trace = load_trace(CONVERSATION).request_trace
+    trace = load_trace(shipped_trace("mooncake-conversation")).request_trace
     assert len(trace.requests) == 12_031
     mean_input = sum(r.input_tokens for r in trace.requests) / len(trace.requests)
     assert round(mean_input) == 12_035

@@ -31,9 +31,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     workload.add_argument("--dataset", default=None, help="32k | 48k | 64k | FILE (default 64k)")
     workload.add_argument(
         "--trace",
-        type=Path,
         default=None,
-        help="a trajectory file or a Mooncake trace (one agent per session)",
+        help="a shipped trace's name (`dualpath trace list`), a trajectory file or a Mooncake trace "
+        "(one agent per session)",
     )
     load = p.add_mutually_exclusive_group(required=True)
     load.add_argument("--aps", type=float, help="online: Poisson agent arrivals per second")
@@ -99,8 +99,6 @@ def _problem(args: argparse.Namespace, problem: Any, slo: Any) -> Any:
         raise UserError("--aps must be > 0 and --agents >= 1")
     if ttft <= 0 or (tpot is not None and tpot <= 0) or duration_s <= 0:
         raise UserError("--ttft-p90, --tpot and --duration must be > 0")
-    if args.trace is not None and not args.trace.is_file():
-        raise UserError(f"--trace {args.trace}: no such file")
     dataset = _trace(args.trace, args.out / "traces") if args.trace else args.dataset or "64k"
     online = args.aps is not None
     template = RunSpec(
@@ -117,15 +115,17 @@ def _problem(args: argparse.Namespace, problem: Any, slo: Any) -> Any:
                    gpus_per_node=cluster.hardware.gpus_per_node, max_nodes=args.max_nodes)  # fmt: skip
 
 
-def _trace(path: Path, folder: Path) -> str:
-    """A trajectory file, or a Mooncake trace converted to one agent per session (experiments/traces.py)."""
+def _trace(name_or_path: str, folder: Path) -> str:
+    """A shipped trace or a file: a trajectory file, or a Mooncake trace converted to one agent per session
+    (experiments/traces.py)."""
     from dualpath.experiments.traces import as_trajectory_file
     from dualpath.workload.errors import TraceFormatError
+    from dualpath.workload.shipped import resolve_trace
 
     try:
-        return str(as_trajectory_file(path, folder))
-    except TraceFormatError as error:
-        raise UserError(f"--trace {path}: {error}") from None
+        return str(as_trajectory_file(resolve_trace(name_or_path), folder))
+    except (FileNotFoundError, TraceFormatError) as error:
+        raise UserError(f"--trace {name_or_path}: {error}") from None
 
 
 def _check_modes(modes: list[str]) -> None:

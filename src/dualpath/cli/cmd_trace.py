@@ -17,10 +17,14 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     generate.set_defaults(func=_generate)
 
     stats = actions.add_parser("stats", help="summarise a trajectory JSONL or a Mooncake trace")
-    stats.add_argument("file")
+    stats.add_argument("file", help="a trace file, or a shipped trace's name (`dualpath trace list`)")
     stats.add_argument("--json", action="store_true", help="print JSON instead of a table")
     stats.add_argument("--skip-bad", action="store_true", help="skip malformed lines (and count them)")
     stats.set_defaults(func=_stats)
+
+    listing = actions.add_parser("list", help="the traces shipped with the package, by name")
+    listing.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    listing.set_defaults(func=_list)
     return parser
 
 
@@ -52,16 +56,17 @@ def _generate(args: argparse.Namespace) -> int:
 
 def _stats(args: argparse.Namespace) -> int:
     import json
-    from pathlib import Path
 
     from dualpath.cli.main import UserError
     from dualpath.workload.datasets import load_trace
     from dualpath.workload.errors import TraceFormatError
+    from dualpath.workload.shipped import resolve_trace
     from dualpath.workload.stats import format_table, request_stats, trajectory_stats
 
-    path = Path(args.file)
-    if not path.is_file():
-        raise UserError(f"{path}: no such file")
+    try:
+        path = resolve_trace(args.file)
+    except FileNotFoundError as error:
+        raise UserError(str(error)) from None
     try:
         loaded = load_trace(path, skip_bad=args.skip_bad)
     except TraceFormatError as error:
@@ -73,4 +78,18 @@ def _stats(args: argparse.Namespace) -> int:
         summary = request_stats(loaded.request_trace)
     summary["skipped_lines"] = loaded.skipped_lines
     print(json.dumps(summary, indent=2) if args.json else format_table(summary))
+    return 0
+
+
+def _list(args: argparse.Namespace) -> int:
+    import json
+
+    from dualpath.workload.shipped import SHIPPED_TRACES, shipped_trace
+
+    rows = [{"name": name, "path": str(shipped_trace(name))} for name in SHIPPED_TRACES]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    else:
+        width = max(len(row["name"]) for row in rows)
+        print("\n".join(f"{row['name']:<{width}}  {row['path']}" for row in rows))
     return 0

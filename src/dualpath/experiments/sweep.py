@@ -19,9 +19,9 @@
     [[runs]]                                  # optional: explicit points, each crossed with the grid
     layout = "2P4D"
 
-Run fields: hardware, model, p, d, layout ("2P4D"), dataset, trace (a trajectory file or a Mooncake trace,
-relative to the spec file or the working folder; experiments/traces.py), agents, aps, duration_s, mode,
-read_path, seed, early_stop_ttft_s, set; and "set.<cluster or workload key>" for one override. Online
+Run fields: hardware, model, p, d, layout ("2P4D"), dataset, trace (a shipped trace's name such as
+"mooncake-conversation", or a trajectory file or a Mooncake trace relative to the spec file or the working
+folder; experiments/traces.py), agents, aps, duration_s, mode, read_path, seed, early_stop_ttft_s, set; and "set.<cluster or workload key>" for one override. Online
 runs (aps) need duration_s; their agent count defaults to aps × duration_s. Every run is a `RunSpec`, so
 results share `reproduce`'s per-run cache.
 """
@@ -172,13 +172,16 @@ def _is_set_axis(key: str) -> bool:
 
 
 def _trace(name: str, *, where: str, folder: Path, trace_dir: Path) -> Path:
-    """A trace file relative to the spec's folder (else the working folder), as a trajectory file."""
+    """A shipped trace's name (workload/shipped.py), else a trace file relative to the spec's folder (else
+    the working folder), as a trajectory file."""
     from dualpath.experiments.traces import as_trajectory_file
     from dualpath.workload.errors import TraceFormatError
+    from dualpath.workload.shipped import resolve_trace
 
-    path = next((p for p in (folder / name, Path(name)) if p.is_file()), None)
-    if path is None:
-        raise SweepError(f"{where}: trace {name!r} is not a file (looked in {folder} and the working folder)")
+    try:
+        path = resolve_trace(name, folders=(folder,))
+    except FileNotFoundError as error:
+        raise SweepError(f"{where}: {error}") from None
     try:
         return as_trajectory_file(path, trace_dir)
     except TraceFormatError as error:

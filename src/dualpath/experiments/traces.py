@@ -1,9 +1,9 @@
 """A trace file as a simulator workload: trajectory files as they are, Mooncake request traces as agents.
 
-The simulator replays closed-loop agents (paper A.3); a Mooncake trace (`../shared/data/mooncake/`) is
-open-loop requests. `dualpath.workload.mooncake` recovers its sessions (a request that extends all full
-blocks of an earlier one continues that conversation); here each session becomes one agent whose rounds
-are its requests in arrival order:
+The simulator replays closed-loop agents (paper A.3); a Mooncake trace (such as the shipped
+`mooncake-conversation`, workload/shipped.py) is open-loop requests. `dualpath.workload.mooncake` recovers
+its sessions (a request that extends all full blocks of an earlier one continues that conversation); here
+each session becomes one agent whose rounds are its requests in arrival order:
 
 - append tokens of round k = input_k − (input_{k−1} + output_{k−1}), at least 0: what the request adds to
   the context the session already holds (round 0: its whole input);

@@ -1,4 +1,4 @@
-"""Reader for the Mooncake FAST'25 request traces (``shared/data/mooncake/``), open loop.
+"""Reader for the Mooncake FAST'25 request traces (the shipped ``mooncake-conversation``), open loop.
 
 Each line is ``{"timestamp": ms, "input_length": n, "output_length": m, "hash_ids": [...]}``; ``hash_ids``
 name the prompt's 512-token blocks and are chained by prefix (the same id never appears at two positions),
