@@ -45,6 +45,7 @@ class RoundRecord:
     second_token_s: float | None
     done_s: float
     info: dict[str, object] = field(default_factory=dict)
+    token_ids: tuple[int, ...] = ()  # the ids served (completions endpoint; chat rounds keep text only)
 
     @property
     def ttft_s(self) -> float:
@@ -175,6 +176,7 @@ def _record(plan: AgentPlan, index: int, out: dict, generated_tokens: int) -> Ro
         second_token_s=times[1] if len(times) > 1 else None,
         done_s=times[-1] if times else out["sent"],
         info=out["info"],
+        token_ids=tuple(out.get("token_ids", ())),
     )
 
 
