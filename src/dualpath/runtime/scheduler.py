@@ -39,6 +39,7 @@ from dualpath.runtime.limits import NO_NODE_RETRY_AFTER_S, RequestLimits, ServeL
 from dualpath.runtime.model_host import model_tokenizer
 from dualpath.runtime.prom import ServeMetrics
 from dualpath.runtime.sampling import SamplingParams
+from dualpath.runtime.spans import Spans, message_keys
 
 _DRIVER_EVENTS = (
     "read_done",
@@ -115,6 +116,7 @@ class ClusterScheduler:
         self.last_report_s: dict[str, float] = {}
         self.join_info: Message = {}  # what `dualpath node` needs to (re)join (serve fills it)
         self.pids: dict[str, int] = {}
+        self.spans = Spans.from_env("scheduler")  # per-piece timings (off unless profiling)
 
     # ---- readiness --------------------------------------------------------------------------------
     def is_ready(self) -> bool:
@@ -325,8 +327,9 @@ class ClusterScheduler:
         """The coalesced group fetch, when the driver says one is due."""
         if self.driver is None or not self.is_ready() or not self.driver.wants_fetch:
             return []
-        now = self.clock()
-        return self._route(now, self.driver.handle({"type": "fetch"}, now))
+        with self.spans.span("sched.fetch"):
+            now = self.clock()
+            return self._route(now, self.driver.handle({"type": "fetch"}, now))
 
     def _route(self, now: float, out: list[tuple[str, Message]]) -> list[tuple[str, Message]]:
         """Client-bound messages go to the HTTP streams here; the rest are returned for the nodes."""
@@ -335,8 +338,12 @@ class ClusterScheduler:
         nodes = []
         for dest, message in out:
             if dest == CLIENT:
+                self.spans.mark(
+                    "sched.chunk", **message_keys(message), tokens=len(message.get("token_ids", ()))
+                )
                 nodes += self._to_client(message)
             elif dest not in self.down or message["type"] == "stop":
+                self.spans.mark("sched.send", node=dest, **message_keys(message))
                 nodes.append((dest, message))
         return nodes
 
@@ -346,10 +353,12 @@ class ClusterScheduler:
         if kind in _DRIVER_EVENTS:
             if self.driver is None:
                 return []
-            now = self.clock()
-            if kind == "read_done":
-                return self._on_read_done(now, message)
-            return self._route(now, self.driver.handle(message, now))
+            self.spans.mark("sched.recv", **message_keys(message), node=message.get("node"))
+            with self.spans.span("sched.event", msg=kind):
+                now = self.clock()
+                if kind == "read_done":
+                    return self._on_read_done(now, message)
+                return self._route(now, self.driver.handle(message, now))
         if kind == "hello":
             return self._on_hello(name, message)
         if kind == "report":
@@ -459,6 +468,7 @@ class SchedulerBackend:
         self.scheduler = scheduler
         self.router = router
         self.rids: dict[str, LiveRequest] = {}  # API request id -> its request (latest rid) while it runs
+        self.spans: Spans = getattr(scheduler, "spans", None) or Spans("scheduler")  # the API's pieces too
         self.pending: set[asyncio.Task[None]] = set()  # cancel sends in flight (kept from collection)
 
     async def send(self, out: list[tuple[str, Message]]) -> None:
@@ -540,7 +550,12 @@ class SchedulerBackend:
         refusal = None if unavailable is None else unavailable()
         if refusal is not None:
             raise ProtocolError(503, refusal)
-        live, out = self.scheduler.submit(request)
+        spans = self.spans
+        with spans.span("sched.submit", request_id=request.request_id):
+            live, out = self.scheduler.submit(request)
+        spans.mark(
+            "api.submit", rid=live.rid, request_id=request.request_id, tokens=len(request.prompt_token_ids)
+        )
         self.rids[request.request_id] = live
         try:
             await self.send(out)
@@ -601,7 +616,10 @@ async def control_loop(
                 name, message = identity.decode(), decode(frame)
             except ValueError:  # not a control message of ours (UnicodeDecodeError is one too)
                 continue
-            await send_all(router, scheduler.handle(name, message))  # a driver error stops serving
+            with scheduler.spans.span("sched.message", msg=message.get("type")):
+                out = scheduler.handle(name, message)  # a driver error stops serving
+            with scheduler.spans.span("sched.send_all", messages=len(out)):
+                await send_all(router, out)
         await send_all(router, scheduler.check_heartbeats())
         await send_all(router, scheduler.maybe_fetch())
 
@@ -699,3 +717,4 @@ async def serve_scheduler(
         router.close()
         context.term()
         scheduler.write_event_log()
+        scheduler.spans.dump()
