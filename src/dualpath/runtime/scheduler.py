@@ -607,11 +607,8 @@ async def control_loop(
         for name, why in node_exits():
             await send_all(router, scheduler.node_down(name, why))
         await router.poll(int(_FETCH_TICK_S * 1000))
-        while True:
-            try:
-                identity, frame = await router.recv_multipart(zmq.NOBLOCK)
-            except zmq.Again:
-                break
+        while router.getsockopt(zmq.EVENTS) & zmq.POLLIN:  # drained: no failing receive (`recv_all`)
+            identity, frame = await router.recv_multipart(zmq.NOBLOCK)
             try:
                 name, message = identity.decode(), decode(frame)
             except ValueError:  # not a control message of ours (UnicodeDecodeError is one too)
