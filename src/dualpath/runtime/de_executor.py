@@ -59,6 +59,7 @@ class _DeRequest:
     prompt_tokens: int = 0
     max_tokens: int = 0
     generated: int = 0
+    output: list[int] = field(default_factory=list)  # output tokens so far (token 1 first), one append each
     sampling: SamplingParams = field(default_factory=SamplingParams)
     finish_reason: str | None = None
 
@@ -349,13 +350,13 @@ class DecodeExecutor:
     ) -> None:
         """Each running request's next token from its row of the step's logits, and its stop rule."""
         for state, row in zip(running, logits, strict=True):
-            generated = state.token_ids[state.prompt_tokens :]
-            token = sample_next(row, state.sampling, generated, position=len(state.token_ids))
+            token = sample_next(row, state.sampling, state.output, position=len(state.token_ids))
             with self._lock:
                 state.token_ids.append(token)
+            state.output.append(token)  # one append per token: no copy of the output so far
             state.generated += 1
             out[state.rid].append(token)
-            state.finish_reason = finish_reason(state.sampling, [*generated, token], state.max_tokens)
+            state.finish_reason = finish_reason(state.sampling, state.output, state.max_tokens)
             if state.finish_reason is not None:
                 finished.append([state.rid, state.generated, state.finish_reason])
 
@@ -369,6 +370,7 @@ class DecodeExecutor:
                 state.h2d_done = True
             self._maybe_free_region(state)
         state.prompt_tokens = len(join["token_ids"])
+        state.output = state.token_ids[state.prompt_tokens :]  # token 1, from the prefill node
         state.max_tokens, state.generated = int(join["max_tokens"]), 1
         state.sampling = SamplingParams.from_message(join.get("sampling") or {})
         state.finish_reason = None
