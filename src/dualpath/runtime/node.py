@@ -41,7 +41,10 @@ from dualpath.runtime.pe_executor import PrefillExecutor
 from dualpath.runtime.spans import message_keys
 from dualpath.transfer.types import Notice
 
-_REPORT_INTERVAL_S = 0.02  # node leaders fetch every 20 ms: short next to one request's read (~100 ms)
+# A node's statistics report (/metrics, heartbeat). Decisions do not wait for it: the scheduler fetches on its
+# own tick. Chosen: 50 ms keeps /metrics fresh within a few reports; at 20 ms the reports took half a node's
+# idle CPU and woke the scheduler 150 times a second (benchmarks/README.md, runtime_profile).
+_REPORT_INTERVAL_S = 0.05
 _SWITCH_INTERVAL_S = 0.0005  # 10x shorter than CPython's default 5 ms
 
 

@@ -55,7 +55,7 @@ SMALLEST_SERVED_REQUEST = (256, 16)
 _DRAM_COPIES = 2  # a read's staging region beside the request's region (see `admission_error`)
 _DRAM_ALIGN_SLACK_BYTES = 2 * 64 * 128  # two regions of ≤128 layers aligned to 64 bytes (`dram.py`)
 _WATCH_INTERVAL_S = 0.25  # how soon a dead node or a stopped control loop stops `serve`
-# A node silent this long (no report; it sends one every 20 ms) is marked down and told to stop. Chosen:
+# A node silent this long (no report; it sends one every 50 ms) is marked down and told to stop. Chosen:
 # far above a report's worst delay seen on the 2-core host under load, far below a client's patience.
 HEARTBEAT_TIMEOUT_S = 5.0
 _EXIT_CHECK_AFTER_S = 0.2  # a node this late with its report is checked for a process exit (same host)
