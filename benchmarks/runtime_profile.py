@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import platform
@@ -42,6 +43,7 @@ from dualpath.runtime.bench import run as run_replay
 from dualpath.runtime.launcher import ServeProcess
 from dualpath.runtime.loadgen import AgentPlan, BenchResult, run_bench
 from dualpath.runtime.model import Transformer, config_from_model_spec
+from dualpath.runtime.os_thread import ENGINE_THREAD_NAMES
 from dualpath.runtime.spans import PROFILE_DIR_ENV, read_spans
 from dualpath.twin.host_load import speed_probe_cpu_s
 
@@ -52,10 +54,18 @@ Record = dict[str, Any]
 
 
 # ---- running -------------------------------------------------------------------------------------------
-def proc_cpu_s(pid: int) -> float:
-    """utime + stime of a process (all its threads), from /proc."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+def proc_cpu_s(pid: int) -> dict[str, float]:
+    """CPU seconds (utime + stime, /proc) of a process: `all` its threads, and `engine` its engine thread
+    (named `pe-worker` / `de-decode` at the OS level, `runtime/os_thread.py`)."""
+    out = {"all": 0.0, "engine": 0.0}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError):
+            head, tail = (task / "stat").read_text().rsplit(")", 1)
+            cpu = (int(tail.split()[11]) + int(tail.split()[12])) / os.sysconf("SC_CLK_TCK")
+            out["all"] += cpu
+            if head.split("(", 1)[1] in ENGINE_THREAD_NAMES:
+                out["engine"] += cpu
+    return out
 
 
 def host_speed_probe_s() -> float:
@@ -79,9 +89,15 @@ def run_profiled(mode: str, options: BenchOptions, folder: Path) -> dict[str, An
         ):
             pids = processes(server, server.health)
             cpu0 = {name: proc_cpu_s(pid) for name, pid in pids.items()}
-            probe0 = host_speed_probe_s()
+            probe0, client0 = host_speed_probe_s(), time.process_time()
             summary, replay = run_replay(server.url, options, progress=False)
-            cpu = {name: proc_cpu_s(pid) - cpu0[name] for name, pid in pids.items()}
+            cpu = {
+                f"{name} {k}": v - cpu0[name][k]
+                for name, pid in pids.items()
+                for k, v in proc_cpu_s(pid).items()
+            }
+            cpu = {k: v for k, v in cpu.items() if not k.startswith("scheduler engine")}
+            cpu["client all"] = time.process_time() - client0  # the load generator (this process)
             plan = AgentPlan(agent_id=LONE_AGENT, rounds=LONE_ROUNDS)
             lone = asyncio.run(run_bench(server.url, [plan], vocab_size=int(server.health.get("vocab_size", 256)),
                                          seed=1, progress=False, model=server.health.get("model")))  # fmt: skip
