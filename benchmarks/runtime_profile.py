@@ -97,7 +97,7 @@ def run_profiled(mode: str, options: BenchOptions, folder: Path) -> dict[str, An
                 for k, v in proc_cpu_s(pid).items()
             }
             cpu = {k: v for k, v in cpu.items() if not k.startswith("scheduler engine")}
-            cpu["client all"] = time.process_time() - client0  # the load generator (this process)
+            cpu["client all"] = time.process_time() - client0  # this process: plans, replay, /metrics
             plan = AgentPlan(agent_id=LONE_AGENT, rounds=LONE_ROUNDS)
             lone = asyncio.run(run_bench(server.url, [plan], vocab_size=int(server.health.get("vocab_size", 256)),
                                          seed=1, progress=False, model=server.health.get("model")))  # fmt: skip
