@@ -73,6 +73,62 @@ def bench_decode_step(
     return {"batch": batch, "context_tokens": context, "step_time_s": elapsed}
 
 
+def cpu_and_wall_s(run: Callable[[], object], repeats: int) -> tuple[float, float]:
+    """Median thread CPU and wall seconds of `run` after one warm-up (one torch thread: CPU = the kernel's
+    own cost on a core, whatever else the host runs)."""
+    run()
+    cpu, wall = [], []
+    for _ in range(repeats):
+        cpu0, wall0 = time.thread_time(), time.perf_counter()
+        run()
+        cpu.append(time.thread_time() - cpu0)
+        wall.append(time.perf_counter() - wall0)
+    return statistics.median(cpu), statistics.median(wall)
+
+
+def forward_time_s(
+    model: Transformer, items: list[tuple[int, int, bool]], repeats: int = 3
+) -> tuple[float, float]:
+    """(CPU, wall) of one raw forward of a PE step's shapes: each item (cached, new, completes) embedded,
+    run through every layer over random cached KV, and its last row through the head when it completes."""
+    config, generator = model.config, torch.Generator().manual_seed(len(items))
+    shapes = []
+    for cached, new, completes in items:
+        kv = torch.randn(cached, config.kv_row_elems, generator=generator) if cached else None
+        ids = torch.randint(0, config.vocab_size, (new,), generator=generator).tolist()
+        shapes.append((kv, ids, torch.arange(cached, cached + new), completes))
+
+    def forward() -> None:
+        hidden = [model.embed(ids) for _, ids, _, _ in shapes]
+        for layer in range(config.num_layers):
+            for i, (kv, _, positions, _) in enumerate(shapes):
+                hidden[i], _ = model.prefill_layer(layer, hidden[i], positions, kv)
+        for h, (_, _, _, completes) in zip(hidden, shapes, strict=True):
+            if completes:
+                model.final(h[-1:])
+
+    return cpu_and_wall_s(forward, repeats)
+
+
+def decode_time_s(model: Transformer, contexts: list[int], repeats: int = 3) -> tuple[float, float]:
+    """(CPU, wall) of one raw decode step (`decode_step_paged`) of sequences with these context lengths."""
+    from dualpath.runtime.model.paged_cache import PagedKVCache
+
+    config, block = model.config, 16
+    pages = sum(-(-(c + 1) // block) for c in contexts) + 1
+    cache = PagedKVCache(config, num_pages=pages, block_tokens=block)
+    samples: list[tuple[float, float]] = []
+    for _ in range(repeats + 1):  # the first is the warm-up
+        for seq, context in enumerate(contexts):
+            if seq in cache:
+                cache.free(seq)
+            cache.allocate(seq, context)
+        cpu0, wall0 = time.thread_time(), time.perf_counter()
+        model.decode_step_paged(cache, list(range(len(contexts))), [1] * len(contexts))
+        samples.append((time.thread_time() - cpu0, time.perf_counter() - wall0))
+    return statistics.median(c for c, _ in samples[1:]), statistics.median(w for _, w in samples[1:])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="tiny-llama")

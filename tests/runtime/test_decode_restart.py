@@ -9,6 +9,7 @@ from typing import Any
 
 from dualpath.runtime.de_executor import DecodeExecutor
 from dualpath.runtime.model_host import build_model
+from dualpath.runtime.spans import Spans
 
 JOIN_COPY_S = 0.3  # an oracle joiner's inline KV copy, stood in for by a sleep
 
@@ -20,6 +21,7 @@ def _executor() -> tuple[DecodeExecutor, list[Any]]:
         block_tokens=16,
         spec=SimpleNamespace(hbm_tokens=64),
         emit=reports.append,
+        spans=Spans("d0"),  # off, as without DUALPATH_PROFILE_DIR
     )
     return DecodeExecutor(links), reports  # type: ignore[arg-type]
 

@@ -171,3 +171,23 @@ def test_paged_cache_invariants_hold_under_random_allocate_and_free(ops: list[tu
         assert cache.num_free_pages == 10 - used_pages
         for live, length in lengths.items():
             assert torch.equal(cache.read(live, 0)[:, 0], torch.arange(length, dtype=torch.float32))
+
+
+def test_paged_decode_gathers_the_same_key_tiles_over_reused_pages_and_tile_boundaries() -> None:
+    """The paged decode gathers each context straight into attention's key tiles: a page reused after a
+    freed sequence (its slots past the new owner's tokens hold old rows) and contexts ending on a page or a
+    128-token tile boundary still give the bits of decoding over plain tensors."""
+    config = make_config()
+    model = Transformer.random(config, seed=0)
+    cache = PagedKVCache(config, num_pages=64, block_tokens=16)
+    cache.append("old", model.prefill([7] * 300).kv)  # fills pages with rows, then leaves them stale
+    cache.free("old")
+    prompts = {n: [(3 * n + i) % config.vocab_size for i in range(n)] for n in (16, 127, 128, 129, 200)}
+    for n, ids in prompts.items():
+        cache.append(n, model.prefill(ids).kv)
+    contexts = [list(model.prefill(ids).kv) for ids in prompts.values()]
+    expected = model.decode_step([1, 2, 3, 4, 5], contexts)
+    assert torch.equal(model.decode_step_paged(cache, list(prompts), [1, 2, 3, 4, 5]), expected.logits)
+    for index, n in enumerate(prompts):
+        assert torch.equal(cache.read(n, 1)[-1], expected.kv[1][index])
+    cache.check_invariants()

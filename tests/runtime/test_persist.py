@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from dualpath.runtime.persist import PipelinedWriter
+from dualpath.runtime.persist import COMMITS_IN_FLIGHT, PipelinedWriter
 from dualpath.transfer import BlockWrite, Snic, WriteJob
 
 BLOCK_BYTES = 4096
@@ -54,16 +54,19 @@ def test_link_time_overlaps_commits_and_the_future_waits_for_durability() -> Non
     store = GatedStore()
     snic = Snic("d0.snic", 1e9)
     writer = PipelinedWriter(store, snic)  # type: ignore[arg-type]
+    keys = [bytes([65 + i]) for i in range(COMMITS_IN_FLIGHT + 2)]
     try:
-        future = writer.submit(_job([b"a", b"b", b"c", b"d"]))
+        future = writer.submit(_job(keys))
         # Every block crossed the link while the first commits are still blocked: pacing did not wait.
-        _wait_for(lambda: snic.stats().tx.total_bytes == 4 * BLOCK_BYTES)
+        _wait_for(lambda: snic.stats().tx.total_bytes == len(keys) * BLOCK_BYTES)
         assert store.committed == []
-        assert len(store.started) == 2  # two commits in flight, the rest queued behind them
+        _wait_for(lambda: len(store.started) == COMMITS_IN_FLIGHT)
+        time.sleep(0.05)
+        assert len(store.started) == COMMITS_IN_FLIGHT  # that many commits in flight, two queued behind
         assert not future.done()  # not durable yet: a next round must not count these as hits
         store.gate.set()
-        assert future.result(5) == 4 * BLOCK_BYTES
-        assert sorted(store.committed) == [b"a", b"b", b"c", b"d"]
+        assert future.result(5) == len(keys) * BLOCK_BYTES
+        assert sorted(store.committed) == keys
     finally:
         store.gate.set()
         writer.close()

@@ -178,14 +178,25 @@ def test_bad_input_is_one_line_exit_2(argv: list[str], capsys: pytest.CaptureFix
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
 
 
+def _cache(folder: Path, **changes: object) -> Path:
+    """A demo cache: the test calibration with in-situ factors and a recorded speed probe (1 ms)."""
+    from dualpath.twin import write_calibration
+
+    in_situ = {"basic": {"pe_engine": 1.5, "background_cores": 0.3, "pe_stall_s": 0.02}}
+    base = load_calibration(CALIBRATION)
+    fields = {"runtime_cpu": in_situ, "meta": {**base.meta, "probe_cpu_s": 1e-3}, **changes}
+    path = folder / "calibration-local-1p2d.toml"
+    write_calibration(dataclasses.replace(base, **fields), path)  # type: ignore[arg-type]
+    return path
+
+
 def test_demo_rows_get_predictions_from_a_cached_calibration(cal, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     from dualpath.cli.demo_twin import add_predictions, cached_calibration, format_predictions
     from dualpath.runtime.bench import BenchOptions
 
-    in_situ = "\n[runtime_cpu.basic]\npe_engine = 1.5\nbackground_cores = 0.3\npe_stall_s = 0.02\n"
-    (tmp_path / "calibration-local-1p2d.toml").write_text(CALIBRATION.read_text() + in_situ)
+    _cache(tmp_path)
     said: list[str] = []
-    cached = cached_calibration("local-1p2d", folder=tmp_path, say=said.append)
+    cached = cached_calibration("local-1p2d", folder=tmp_path, say=said.append, probe=lambda: 1.2e-3)
     assert said == [] and cached.hardware == cal.hardware  # read from the cache, nothing measured
     assert cached.runtime_cpu == {"basic": {"pe_engine": 1.5, "background_cores": 0.3, "pe_stall_s": 0.02}}
     rows = [{"mode": m, "jct_s": 2.0, "ttft_mean_s": 0.2} for m in ("basic", "oracle")]
@@ -195,6 +206,13 @@ def test_demo_rows_get_predictions_from_a_cached_calibration(cal, tmp_path: Path
     assert "sim JCT" in format_predictions(rows)
 
 
+def _measured_again(monkeypatch: pytest.MonkeyPatch, fresh: object) -> None:
+    import importlib
+
+    calibrate_module = importlib.import_module("dualpath.twin.calibrate")  # the module, not the function
+    monkeypatch.setattr(calibrate_module, "calibrate", lambda *a, **k: fresh)
+
+
 def test_a_cached_calibration_without_in_situ_factors_is_measured_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -202,22 +220,49 @@ def test_a_cached_calibration_without_in_situ_factors_is_measured_again(
 
     from dualpath.cli.demo_twin import cached_calibration
 
-    calibrate_module = importlib.import_module("dualpath.twin.calibrate")  # the module, not the function
-
     fresh = dataclasses.replace(
         load_calibration(CALIBRATION), runtime_cpu={"oracle": {"pe_engine": 2.0, "pe_stall_s": 0.03}}
     )
-    monkeypatch.setattr(calibrate_module, "calibrate", lambda *a, **k: fresh)
+    _measured_again(monkeypatch, fresh)
     (tmp_path / "calibration-local-1p2d.toml").write_text(CALIBRATION.read_text())  # an old cache
     said: list[str] = []
-    assert cached_calibration("local-1p2d", folder=tmp_path, say=said.append).runtime_cpu == fresh.runtime_cpu
+    got = cached_calibration("local-1p2d", folder=tmp_path, say=said.append, probe=lambda: 1e-3)
+    assert got.runtime_cpu == fresh.runtime_cpu
     assert len(said) == 1 and "calibrating" in said[0]
-    assert load_calibration(tmp_path / "calibration-local-1p2d.toml").runtime_cpu == fresh.runtime_cpu
+    written = load_calibration(tmp_path / "calibration-local-1p2d.toml")
+    assert written.runtime_cpu == fresh.runtime_cpu
+    assert written.meta["probe_cpu_s"] == pytest.approx(1e-3) and len(written.meta["load_average_1m"]) == 2
     # In-situ factors without the PE's stall (an older calibration): measured again too.
     monkeypatch.setattr(importlib.import_module("dualpath.twin.calibration"), "load_calibration",
                         lambda *a, **k: dataclasses.replace(fresh, runtime_cpu={"oracle": {"pe_engine": 2.0}}))  # fmt: skip
-    cached_calibration("local-1p2d", folder=tmp_path, say=said.append)
+    cached_calibration("local-1p2d", folder=tmp_path, say=said.append, probe=lambda: 1e-3)
     assert len(said) == 2
+
+
+def test_a_cached_calibration_is_measured_again_when_the_speed_probe_disagrees(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dualpath.cli.demo_twin import PROBE_TOLERANCE, cached_calibration
+
+    fresh = dataclasses.replace(load_calibration(CALIBRATION), runtime_cpu={"oracle": {"pe_stall_s": 0.03}})
+    _measured_again(monkeypatch, fresh)
+    _cache(tmp_path)  # recorded at a probe of 1 ms
+    said: list[str] = []
+    within = 1e-3 * (1 + 0.9 * PROBE_TOLERANCE)
+    assert (
+        cached_calibration("local-1p2d", folder=tmp_path, say=said.append, probe=lambda: within).runtime_cpu
+        != fresh.runtime_cpu
+    )
+    assert said == []
+    slower = 1e-3 * (1 + 1.5 * PROBE_TOLERANCE)
+    assert (
+        cached_calibration("local-1p2d", folder=tmp_path, say=said.append, probe=lambda: slower).runtime_cpu
+        == fresh.runtime_cpu
+    )
+    assert len(said) == 1 and "speed probe" in said[0]
+    assert load_calibration(tmp_path / "calibration-local-1p2d.toml").meta["probe_cpu_s"] == pytest.approx(
+        slower
+    )
 
 
 def test_online_arrivals_are_the_load_generators(cal) -> None:  # type: ignore[no-untyped-def]

@@ -43,6 +43,7 @@ from dualpath.protocol.requests import (
 from dualpath.runtime.api_generation import Step, cached_tokens, generation_steps
 from dualpath.runtime.api_types import CompletionBackend, CompletionRequest, TokenChunk
 from dualpath.runtime.sampling import SamplingParams
+from dualpath.runtime.spans import Spans
 
 __all__ = ["CompletionBackend", "CompletionRequest", "TokenChunk", "build_app"]
 
@@ -109,6 +110,7 @@ class _Api:
     def __init__(self, backend: CompletionBackend) -> None:
         self.backend = backend
         self.started = int(time.time())
+        self.spans: Spans = getattr(backend, "spans", None) or Spans("api")  # off unless profiling
 
     # ---- checks shared by the generating endpoints -------------------------------------------------
     def check_ready_and_model(self, model: str | None) -> None:
@@ -224,9 +226,10 @@ class _Api:
     # ---- endpoints -------------------------------------------------------------------------------------
     async def completions(self, body: CompletionBody, raw: Request) -> Response:
         self.check_ready_and_model(body.model)
-        prompt = body.single_prompt()
-        ids = self.tokenize(prompt, "prompt") if isinstance(prompt, str) else list(prompt)
-        request = self.request(body, ids, "cmpl", COMPLETIONS_DEFAULT_MAX_TOKENS)
+        with self.spans.span("api.validate"):
+            prompt = body.single_prompt()
+            ids = self.tokenize(prompt, "prompt") if isinstance(prompt, str) else list(prompt)
+            request = self.request(body, ids, "cmpl", COMPLETIONS_DEFAULT_MAX_TOKENS)
         return await self._answer(body, request, raw, chat=False)
 
     async def chat(self, body: ChatCompletionBody, raw: Request) -> Response:
@@ -239,8 +242,8 @@ class _Api:
     async def _answer(
         self, body: SamplingBody, request: CompletionRequest, raw: Request, *, chat: bool
     ) -> Response:
-        stream = _Stream(self.backend.model_name, request, body, chat=chat)
-        steps = generation_steps(self.backend, request, body.stop_strings())
+        stream = _Stream(self.backend.model_name, request, body, chat=chat, spans=self.spans)
+        steps = generation_steps(self.backend, request, body.stop_strings(), spans=self.spans)
         if body.stream:
             return _ClosingStreamingResponse(stream.events(steps), media_type="text/event-stream")
         return JSONResponse(await _unless_disconnected(raw, stream.whole(steps)))
@@ -268,8 +271,11 @@ class _Api:
 class _Stream:
     """Builds one request's answer (whole or streamed) from its generation steps."""
 
-    def __init__(self, model: str, request: CompletionRequest, body: SamplingBody, *, chat: bool) -> None:
+    def __init__(
+        self, model: str, request: CompletionRequest, body: SamplingBody, *, chat: bool, spans: Spans
+    ) -> None:
         self.model = model
+        self.spans = spans
         self.request = request
         self.body = body
         self.chat = chat
@@ -325,9 +331,11 @@ class _Stream:
                     role = {"role": "assistant", "content": ""}
                     yield responses.sse(responses.chat_chunk(**common, delta=role, finish_reason=None))
                 last = step
-                chunk = self.chunk(common, step)
-                if chunk is not None:
-                    yield responses.sse(chunk)
+                with self.spans.span("api.sse", request_id=self.request.request_id):
+                    chunk = self.chunk(common, step)
+                    data = None if chunk is None else responses.sse(chunk)
+                if data is not None:
+                    yield data
         except ProtocolError as error:  # after the stream started (a deadline passed): said in the stream
             yield responses.sse(error_body(error.status, error.message, param=error.param))
         except Exception:

@@ -16,6 +16,7 @@ from typing import Any, cast
 
 from dualpath.protocol.text import IncrementalDetokenizer, StopStringMatcher
 from dualpath.runtime.api_types import CompletionBackend, CompletionRequest, TokenChunk
+from dualpath.runtime.spans import Spans
 
 _DRAIN_AFTER_CANCEL_S = 5.0  # the final chunk of a cancelled request (its info) comes within this
 
@@ -32,9 +33,15 @@ class Step:
 
 
 async def generation_steps(
-    backend: CompletionBackend, request: CompletionRequest, stops: Sequence[str]
+    backend: CompletionBackend,
+    request: CompletionRequest,
+    stops: Sequence[str],
+    *,
+    spans: Spans | None = None,
 ) -> AsyncIterator[Step]:
-    """Text steps of one request, ending with a step that has a finish reason ("stop" or "length")."""
+    """Text steps of one request, ending with a step that has a finish reason ("stop" or "length");
+    `spans` times each chunk's detokenization (profiling)."""
+    spans = spans or Spans("api")
     detokenizer = IncrementalDetokenizer(backend.detokenize, request.prompt_token_ids)
     matcher = StopStringMatcher(stops)
     generated = 0
@@ -43,7 +50,8 @@ async def generation_steps(
         async for chunk in chunks:
             ids = list(chunk.token_ids)
             generated += len(ids)
-            delta = detokenizer.push(ids)
+            with spans.span("api.detokenize", request_id=request.request_id, tokens=len(ids)):
+                delta = detokenizer.push(ids)
             # stop strings count from min_tokens on, as EOS and stop ids do (vLLM)
             text = matcher.feed(delta) if generated > request.sampling.min_tokens else delta
             if chunk.finish_reason is None and not matcher.stopped:

@@ -118,7 +118,7 @@ def run(url: str, options: BenchOptions, *, progress: bool = True) -> tuple[dict
             model=served_model(url),
         )
     )
-    time.sleep(0.1)  # a few node report intervals, so /metrics holds the run's last bytes
+    time.sleep(0.15)  # three node report intervals (50 ms), so /metrics holds the run's last bytes
     summary = summarise(result)
     summary["snic"] = snic_summary(before, snic_counters(url))
     summary["mode"] = health.get("mode")

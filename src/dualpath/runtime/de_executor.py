@@ -59,6 +59,7 @@ class _DeRequest:
     prompt_tokens: int = 0
     max_tokens: int = 0
     generated: int = 0
+    output: list[int] = field(default_factory=list)  # output tokens so far (token 1 first), one append each
     sampling: SamplingParams = field(default_factory=SamplingParams)
     finish_reason: str | None = None
 
@@ -139,7 +140,8 @@ class DecodeExecutor:
         result = submit_hit_read(self.links, f"de{rid}", keys, region, staging).result()
         self.links.count_corrupt(len(set(result.corrupt_keys)))
         usable = usable_hit_tokens(result, keys, bt)
-        scatter_hits(self.links, staging, region, usable, start_tokens=start)
+        with self.links.spans.span("de.scatter", rid=rid, tokens=usable):
+            scatter_hits(self.links, staging, region, usable, start_tokens=start)
         self.links.dram.free(staging)
         with self._lock:
             left = self._reading.pop(rid) - 1
@@ -229,7 +231,8 @@ class DecodeExecutor:
 
     def _do_h2d(self, message: Message) -> None:
         state = self._state(int(message["rid"]))
-        self._to_cache(state, list(message["token_ids"]), int(message["first_token"]), paced=True)
+        with self.links.spans.span("de.h2d", rid=state.rid, tokens=len(message["token_ids"])):
+            self._to_cache(state, list(message["token_ids"]), int(message["first_token"]), paced=True)
         with self._lock:
             state.h2d_done = True
         self._maybe_free_region(state)
@@ -243,7 +246,8 @@ class DecodeExecutor:
         if not from_hbm:
             state.landed.wait()
         start, end = int(message["start_tokens"]), int(message["end_tokens"])
-        future = self._write_blocks(state, start, end, from_hbm=from_hbm)
+        with self.links.spans.span("de.persist_copy", rid=rid, tokens=end - start, from_hbm=from_hbm):
+            future = self._write_blocks(state, start, end, from_hbm=from_hbm)
 
         def persisted(_: object = None) -> None:
             if not from_hbm:
@@ -298,7 +302,8 @@ class DecodeExecutor:
             if message["type"] == "release":
                 self._release(message)
             else:
-                with self.work.timed():
+                spans = self.links.spans
+                with self.work.timed(), spans.span("de.run", step=message["step"], rids=message["batch"]):
                     self._step(message)
 
     def _step(self, message: Message) -> None:
@@ -313,6 +318,7 @@ class DecodeExecutor:
             self._join(join, inline_io=bool(message["inline_io"]))
         states = [self._state(int(rid)) for rid in message["batch"]]
         run, steps = int(message["step"]), int(message.get("steps", 1))
+        spans = self.links.spans
         out: dict[int, list[int]] = {s.rid: [] for s in states}
         finished: list[list[Any]] = []
         done = 0
@@ -320,18 +326,12 @@ class DecodeExecutor:
             running = self._still_running(states, finished)
             if not running:
                 break
-            logits = self.model.decode_step_paged(self.cache, [s.rid for s in running],
-                                                  [s.token_ids[-1] for s in running])  # fmt: skip
-            for state, row in zip(running, logits, strict=True):
-                generated = state.token_ids[state.prompt_tokens :]
-                token = sample_next(row, state.sampling, generated, position=len(state.token_ids))
-                with self._lock:
-                    state.token_ids.append(token)
-                state.generated += 1
-                out[state.rid].append(token)
-                state.finish_reason = finish_reason(state.sampling, [*generated, token], state.max_tokens)
-                if state.finish_reason is not None:
-                    finished.append([state.rid, state.generated, state.finish_reason])
+            contexts = [len(s.token_ids) - 1 for s in running] if spans.on else []
+            with spans.span("de.model", step=run, contexts=contexts):
+                logits = self.model.decode_step_paged(self.cache, [s.rid for s in running],
+                                                      [s.token_ids[-1] for s in running])  # fmt: skip
+            with spans.span("de.sample", step=run, batch=len(running)):
+                self._sample(running, logits, out, finished)
             done += 1
         self._still_running(states, finished)  # a cancel that came during the last step
         tokens = [[rid, got] for rid, got in out.items()]
@@ -341,15 +341,36 @@ class DecodeExecutor:
             report["finished"] = finished
         self.links.emit(report)
 
+    def _sample(
+        self,
+        running: list[_DeRequest],
+        logits: torch.Tensor,
+        out: dict[int, list[int]],
+        finished: list[list[Any]],
+    ) -> None:
+        """Each running request's next token from its row of the step's logits, and its stop rule."""
+        for state, row in zip(running, logits, strict=True):
+            token = sample_next(row, state.sampling, state.output, position=len(state.token_ids))
+            with self._lock:
+                state.token_ids.append(token)
+            state.output.append(token)  # one append per token: no copy of the output so far
+            state.generated += 1
+            out[state.rid].append(token)
+            state.finish_reason = finish_reason(state.sampling, state.output, state.max_tokens)
+            if state.finish_reason is not None:
+                finished.append([state.rid, state.generated, state.finish_reason])
+
     def _join(self, join: dict[str, Any], *, inline_io: bool) -> None:
         """A request enters the batch: its stop rule, and (oracle: no H2D command) its KV into the cache."""
         state = self._state(int(join["rid"]))
         if inline_io and not state.in_cache:
-            self._to_cache(state, list(join["token_ids"]), int(join["first_token"]), paced=False)
+            with self.links.spans.span("de.join_copy", rid=state.rid, tokens=len(join["token_ids"])):
+                self._to_cache(state, list(join["token_ids"]), int(join["first_token"]), paced=False)
             with self._lock:
                 state.h2d_done = True
             self._maybe_free_region(state)
         state.prompt_tokens = len(join["token_ids"])
+        state.output = state.token_ids[state.prompt_tokens :]  # token 1, from the prefill node
         state.max_tokens, state.generated = int(join["max_tokens"]), 1
         state.sampling = SamplingParams.from_message(join.get("sampling") or {})
         state.finish_reason = None

@@ -76,8 +76,10 @@ def usable_hit_tokens(result: ReadResult, keys: Sequence[BlockKey], block_tokens
 
 
 def region_layer(links: NodeLinks, region: Region, layer: int, tokens: int, *, device: str) -> torch.Tensor:
-    """A copy of `tokens` rows of one layer of `region`, on `device` (the H2D of the data path)."""
+    """`tokens` rows of one layer of `region` on `device`: a copy there (the H2D of the data path), or on
+    the CPU the DRAM buffer's own rows, no copy (the caller copies them on: into the paged cache, or into
+    attention's key tiles). The region must outlive the tensor's use: the engines free it afterwards."""
     view = links.dram_view
     config = links.model.config
     rows = layer_kv_from_buffer(view, tokens, config, offset_bytes=region.layer_offset_bytes(layer))
-    return rows.to(device, copy=True)
+    return rows.to(device)

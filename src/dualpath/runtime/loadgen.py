@@ -45,6 +45,8 @@ class RoundRecord:
     second_token_s: float | None
     done_s: float
     info: dict[str, object] = field(default_factory=dict)
+    token_ids: tuple[int, ...] = ()  # the ids served (completions endpoint; chat rounds keep text only)
+    request_id: str = ""  # the server's id of the request (its chunks' `id`)
 
     @property
     def ttft_s(self) -> float:
@@ -77,6 +79,7 @@ class BenchResult:
     rounds: tuple[RoundRecord, ...]
     agents: tuple[AgentRecord, ...]
     wall_s: float
+    started_monotonic_s: float = 0.0  # `time.monotonic()` at the bench's t0: the records' times count from it
 
 
 def scale_tokens(tokens: int, context_scale: float) -> int:
@@ -116,6 +119,7 @@ async def _post_round(
     times: list[float] = []
     token_ids: list[int] = []
     info: dict[str, object] = {}
+    request_id = ""
     async for event in _stream_events(client, "/v1/completions", body):
         if not event.get("choices"):
             continue
@@ -124,7 +128,9 @@ async def _post_round(
         times.extend([now] * len(ids))
         token_ids.extend(ids)
         info = event.get("dualpath", info)
-    return {"sent": sent, "times": times, "token_ids": token_ids, "info": info, "prompt_tokens": len(prompt)}
+        request_id = event.get("id", "")
+    return {"sent": sent, "times": times, "token_ids": token_ids, "info": info, "prompt_tokens": len(prompt),
+            "request_id": request_id}  # fmt: skip
 
 
 async def _post_chat_round(
@@ -175,6 +181,8 @@ def _record(plan: AgentPlan, index: int, out: dict, generated_tokens: int) -> Ro
         second_token_s=times[1] if len(times) > 1 else None,
         done_s=times[-1] if times else out["sent"],
         info=out["info"],
+        token_ids=tuple(out.get("token_ids", ())),
+        request_id=str(out.get("request_id", "")),
     )
 
 
@@ -262,7 +270,10 @@ async def run_bench(
     bar.close()
     records.sort(key=lambda r: (r.agent_id, r.round_index))
     return BenchResult(
-        rounds=tuple(records), agents=tuple(sorted(agents, key=lambda a: a.agent_id)), wall_s=wall
+        rounds=tuple(records),
+        agents=tuple(sorted(agents, key=lambda a: a.agent_id)),
+        wall_s=wall,
+        started_monotonic_s=t0,
     )
 
 

@@ -38,9 +38,13 @@ from dualpath.runtime.model_host import (
 )
 from dualpath.runtime.node_links import NodeLinks, NodeOptions
 from dualpath.runtime.pe_executor import PrefillExecutor
+from dualpath.runtime.spans import message_keys
 from dualpath.transfer.types import Notice
 
-_REPORT_INTERVAL_S = 0.02  # node leaders fetch every 20 ms: short next to one request's read (~100 ms)
+# A node's statistics report (/metrics, heartbeat). Decisions do not wait for it: the scheduler fetches on its
+# own tick. Chosen: 50 ms keeps /metrics fresh within a few reports; at 20 ms the reports took half a node's
+# idle CPU and woke the scheduler 150 times a second (benchmarks/README.md, runtime_profile).
+_REPORT_INTERVAL_S = 0.05
 _SWITCH_INTERVAL_S = 0.0005  # 10x shorter than CPython's default 5 ms
 
 
@@ -135,6 +139,7 @@ def run_node(options: NodeOptions, spec: RuntimeClusterSpec) -> int:
         if notices is not None:  # it polls the transfer endpoint: let it see `stop` before that closes
             notices.join(timeout=1.0)
         if links is not None:
+            links.spans.dump()
             links.close()
         control.close(0)
 
@@ -176,6 +181,7 @@ def _main_loop(control: zmq.Socket, links: NodeLinks, engine: Engine, stop: thre
         timeout_ms = int(max(0.0, next_report - time.monotonic()) * 1000)
         if control.poll(timeout_ms):
             for message in recv_all(control):
+                links.spans.mark("node.recv", **message_keys(message))
                 if message["type"] == "stop":
                     return
                 if message["type"] == "peers":  # a node (re)joined: its transfer endpoint is new

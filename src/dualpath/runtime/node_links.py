@@ -27,6 +27,7 @@ from dualpath.runtime.control import Message, dealer, send
 from dualpath.runtime.dram import DramBuffer, Region
 from dualpath.runtime.model.transformer import Transformer
 from dualpath.runtime.persist import PipelinedWriter
+from dualpath.runtime.spans import Spans, message_keys
 from dualpath.transfer import EmulatedNic, PacedBackend, SharedMemoryBackend, Snic, StorageReader
 
 # Oracle (paper §7.1): every storage read, H2D/D2H and PD transfer is skipped in time. A limiter 10^6x
@@ -95,6 +96,7 @@ class NodeLinks:
         # link time overlapped with commits; DISK_FULL_SWITCH in the store fails writes as a full disk would
         self.writer = PipelinedWriter(self.store, self.snic, full_switch=options.store_dir / DISK_FULL_SWITCH)
         self.read_wait = WaitMeter()
+        self.spans = Spans.from_env(self.name)  # per-piece timings (off unless profiling)
         if options.tcp_host is not None:
             from dualpath.transfer import TcpBackend
 
@@ -153,6 +155,7 @@ class NodeLinks:
         One sender thread keeps them in the order they were emitted (a step's `step_done` before its
         `kv_out_done`): the core requires that order, and per-thread sockets would not keep it.
         """
+        self.spans.mark("node.emit", **message_keys(event))
         self._events.put({**event, "node": self.name})
 
     def _emit_loop(self) -> None:

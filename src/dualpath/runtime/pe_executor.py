@@ -129,7 +129,8 @@ class PrefillExecutor:
         result = submit_hit_read(self.links, f"pe{rid}", keys, state.region, staging).result()
         self.links.count_corrupt(len(set(result.corrupt_keys)))
         usable = usable_hit_tokens(result, keys, bt)
-        scatter_hits(self.links, staging, state.region, usable, start_tokens=start)
+        with self.links.spans.span("pe.scatter", rid=rid, tokens=usable):
+            scatter_hits(self.links, staging, state.region, usable, start_tokens=start)
         self.links.dram.free(staging)
         state.pe_rows = start + usable
         with self._lock:
@@ -174,8 +175,11 @@ class PrefillExecutor:
     # ---- the forward --------------------------------------------------------------------------------
     def _work(self) -> None:
         name_os_thread("pe-worker")  # the engine thread, as calibration and profilers see it
+        spans = self.links.spans
         while (message := self._steps.get()) is not None:
-            with self.work.timed():
+            shapes = [[b["rid"], b["cached_tokens"], b["new_tokens"], b["completes_prefill"]]
+                      for b in message["items"]] if spans.on else []  # fmt: skip
+            with self.work.timed(), spans.span("pe.forward", step_id=message["step_id"], items=shapes):
                 self._step(message)
 
     def _resolve(self, step: int, body: dict[str, Any]) -> _Item:
@@ -190,7 +194,8 @@ class PrefillExecutor:
                 "tokens": cached,
                 "token_ids": body["token_ids"][:cached],
             }
-            self._read(inline, report=False)
+            with self.links.spans.span("pe.inline_read", rid=rid, tokens=cached):
+                self._read(inline, report=False)
         valid = cached  # the core's cached prefix: a lost block already shrank the hit
         pe_limit = state.pe_rows if state.region is not None else 0
         pe_rows = min(pe_limit, valid)
@@ -217,13 +222,19 @@ class PrefillExecutor:
 
     def _step(self, message: Message) -> None:
         step = int(message["step_id"])
+        spans = self.links.spans
         items = [self._resolve(step, body) for body in message["items"]]
         device = self.model.config.device
-        for item in items:
-            ids = item.body["token_ids"][item.valid : item.end]
-            item.hidden = self.model.embed(ids)
+        with spans.span("pe.embed", step_id=step):
+            for item in items:
+                ids = item.body["token_ids"][item.valid : item.end]
+                item.hidden = self.model.embed(ids)
 
         def load(layer: int) -> None:
+            with spans.span("pe.load", step_id=step, layer=layer):
+                load_rows(layer)
+
+        def load_rows(layer: int) -> None:
             for item in items:
                 parts = []
                 if item.pe_rows:
@@ -239,6 +250,10 @@ class PrefillExecutor:
                 item.loaded[layer] = torch.cat(parts) if len(parts) > 1 else (parts[0] if parts else None)
 
         def compute(layer: int) -> None:
+            with spans.span("pe.layer", step_id=step, layer=layer):
+                compute_rows(layer)
+
+        def compute_rows(layer: int) -> None:
             for item in items:
                 positions = torch.arange(item.valid, item.end, device=device)
                 cached = item.loaded.pop(layer)
@@ -250,6 +265,10 @@ class PrefillExecutor:
                     item.out[-1 - layer] = cached[: item.pe_rows]
 
         def send(layer: int) -> None:
+            with spans.span("pe.send", step_id=step, layer=layer):
+                send_rows(layer)
+
+        def send_rows(layer: int) -> None:
             for item in items:
                 item.state.landing_set.wait()
                 if item.state.landing is None or int(item.body["rid"]) in self._dropped:
@@ -265,7 +284,8 @@ class PrefillExecutor:
         for item in items:
             assert item.hidden is not None
             if item.body["completes_prefill"]:
-                rid, token, reason = self._first_token(item.body, item.hidden)
+                with spans.span("pe.head", step_id=step, rid=item.body["rid"]):
+                    rid, token, reason = self._first_token(item.body, item.hidden)
                 first_tokens.append([rid, token])
                 if reason == "stop":
                     stopped.append(rid)
@@ -276,6 +296,10 @@ class PrefillExecutor:
             done["stopped"] = stopped
         self.links.emit(done)
         self._tx.submit(self._after_sends, step, items)
+
+    def _after_sends(self, step: int, items: list[_Item]) -> None:
+        with self.links.spans.span("pe.after_sends", step_id=step):
+            self._notify_sent(step, items)
 
     def _send_layer(self, item: _Item, layer: int) -> None:
         """One layer of the item's KV to its DE's landing region (and, on a first chunk, its PE-side
@@ -298,7 +322,7 @@ class PrefillExecutor:
         token = sample_next(logits, params, (), position=len(body["token_ids"]))
         return int(body["rid"]), token, finish_reason(params, [token], int(body.get("max_tokens", 1)))
 
-    def _after_sends(self, step: int, items: list[_Item]) -> None:
+    def _notify_sent(self, step: int, items: list[_Item]) -> None:
         """On the FIFO transmit thread, behind the step's last sends: tell each DE, then the scheduler."""
         for item in items:
             rid = int(item.body["rid"])

@@ -39,6 +39,7 @@ from dualpath.runtime.limits import NO_NODE_RETRY_AFTER_S, RequestLimits, ServeL
 from dualpath.runtime.model_host import model_tokenizer
 from dualpath.runtime.prom import ServeMetrics
 from dualpath.runtime.sampling import SamplingParams
+from dualpath.runtime.spans import Spans, message_keys
 
 _DRIVER_EVENTS = (
     "read_done",
@@ -54,7 +55,7 @@ SMALLEST_SERVED_REQUEST = (256, 16)
 _DRAM_COPIES = 2  # a read's staging region beside the request's region (see `admission_error`)
 _DRAM_ALIGN_SLACK_BYTES = 2 * 64 * 128  # two regions of ≤128 layers aligned to 64 bytes (`dram.py`)
 _WATCH_INTERVAL_S = 0.25  # how soon a dead node or a stopped control loop stops `serve`
-# A node silent this long (no report; it sends one every 20 ms) is marked down and told to stop. Chosen:
+# A node silent this long (no report; it sends one every 50 ms) is marked down and told to stop. Chosen:
 # far above a report's worst delay seen on the 2-core host under load, far below a client's patience.
 HEARTBEAT_TIMEOUT_S = 5.0
 _EXIT_CHECK_AFTER_S = 0.2  # a node this late with its report is checked for a process exit (same host)
@@ -115,6 +116,7 @@ class ClusterScheduler:
         self.last_report_s: dict[str, float] = {}
         self.join_info: Message = {}  # what `dualpath node` needs to (re)join (serve fills it)
         self.pids: dict[str, int] = {}
+        self.spans = Spans.from_env("scheduler")  # per-piece timings (off unless profiling)
 
     # ---- readiness --------------------------------------------------------------------------------
     def is_ready(self) -> bool:
@@ -325,8 +327,9 @@ class ClusterScheduler:
         """The coalesced group fetch, when the driver says one is due."""
         if self.driver is None or not self.is_ready() or not self.driver.wants_fetch:
             return []
-        now = self.clock()
-        return self._route(now, self.driver.handle({"type": "fetch"}, now))
+        with self.spans.span("sched.fetch"):
+            now = self.clock()
+            return self._route(now, self.driver.handle({"type": "fetch"}, now))
 
     def _route(self, now: float, out: list[tuple[str, Message]]) -> list[tuple[str, Message]]:
         """Client-bound messages go to the HTTP streams here; the rest are returned for the nodes."""
@@ -335,8 +338,12 @@ class ClusterScheduler:
         nodes = []
         for dest, message in out:
             if dest == CLIENT:
+                self.spans.mark(
+                    "sched.chunk", **message_keys(message), tokens=len(message.get("token_ids", ()))
+                )
                 nodes += self._to_client(message)
             elif dest not in self.down or message["type"] == "stop":
+                self.spans.mark("sched.send", node=dest, **message_keys(message))
                 nodes.append((dest, message))
         return nodes
 
@@ -346,10 +353,12 @@ class ClusterScheduler:
         if kind in _DRIVER_EVENTS:
             if self.driver is None:
                 return []
-            now = self.clock()
-            if kind == "read_done":
-                return self._on_read_done(now, message)
-            return self._route(now, self.driver.handle(message, now))
+            self.spans.mark("sched.recv", **message_keys(message), node=message.get("node"))
+            with self.spans.span("sched.event", msg=kind):
+                now = self.clock()
+                if kind == "read_done":
+                    return self._on_read_done(now, message)
+                return self._route(now, self.driver.handle(message, now))
         if kind == "hello":
             return self._on_hello(name, message)
         if kind == "report":
@@ -459,6 +468,7 @@ class SchedulerBackend:
         self.scheduler = scheduler
         self.router = router
         self.rids: dict[str, LiveRequest] = {}  # API request id -> its request (latest rid) while it runs
+        self.spans: Spans = getattr(scheduler, "spans", None) or Spans("scheduler")  # the API's pieces too
         self.pending: set[asyncio.Task[None]] = set()  # cancel sends in flight (kept from collection)
 
     async def send(self, out: list[tuple[str, Message]]) -> None:
@@ -540,7 +550,12 @@ class SchedulerBackend:
         refusal = None if unavailable is None else unavailable()
         if refusal is not None:
             raise ProtocolError(503, refusal)
-        live, out = self.scheduler.submit(request)
+        spans = self.spans
+        with spans.span("sched.submit", request_id=request.request_id):
+            live, out = self.scheduler.submit(request)
+        spans.mark(
+            "api.submit", rid=live.rid, request_id=request.request_id, tokens=len(request.prompt_token_ids)
+        )
         self.rids[request.request_id] = live
         try:
             await self.send(out)
@@ -592,16 +607,16 @@ async def control_loop(
         for name, why in node_exits():
             await send_all(router, scheduler.node_down(name, why))
         await router.poll(int(_FETCH_TICK_S * 1000))
-        while True:
-            try:
-                identity, frame = await router.recv_multipart(zmq.NOBLOCK)
-            except zmq.Again:
-                break
+        while router.getsockopt(zmq.EVENTS) & zmq.POLLIN:  # drained: no failing receive (`recv_all`)
+            identity, frame = await router.recv_multipart(zmq.NOBLOCK)
             try:
                 name, message = identity.decode(), decode(frame)
             except ValueError:  # not a control message of ours (UnicodeDecodeError is one too)
                 continue
-            await send_all(router, scheduler.handle(name, message))  # a driver error stops serving
+            with scheduler.spans.span("sched.message", msg=message.get("type")):
+                out = scheduler.handle(name, message)  # a driver error stops serving
+            with scheduler.spans.span("sched.send_all", messages=len(out)):
+                await send_all(router, out)
         await send_all(router, scheduler.check_heartbeats())
         await send_all(router, scheduler.maybe_fetch())
 
@@ -699,3 +714,4 @@ async def serve_scheduler(
         router.close()
         context.term()
         scheduler.write_event_log()
+        scheduler.spans.dump()

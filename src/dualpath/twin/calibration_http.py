@@ -15,6 +15,7 @@ import json
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
@@ -25,16 +26,21 @@ from dualpath.twin.calibration import Tick
 # prompt's ids against them as the scheduler's backend does.
 _VOCAB = 256
 _MAX_CONTEXT_TOKENS = 1 << 20
+_BLOCK_TOKENS = 16  # local-1p2d's
 _STREAM_TOKENS = 32  # chunks per streamed request for the per-chunk cost: a round's order of tokens
 _START_TIMEOUT_S = 30.0
 
 
 class NullBackend:
-    """A `CompletionBackend` that answers at once: one single-token chunk per requested token."""
+    """A `CompletionBackend` that answers at once, one single-token chunk per requested token, after the
+    scheduler's own work per request (`ClusterScheduler.submit`): the prompt's block keys and its store hit."""
 
     model_name = "null"
     max_context_tokens = _MAX_CONTEXT_TOKENS
     vocab_size = _VOCAB
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
 
     def tokenize(self, text: str) -> list[int]:
         return list(text.encode())
@@ -55,8 +61,10 @@ class NullBackend:
         return b""
 
     async def generate(self, request: Any) -> AsyncIterator[Any]:
+        from dualpath.kvcache import block_keys
         from dualpath.runtime.api import TokenChunk
 
+        self.store.hit_blocks(block_keys(list(request.prompt_token_ids), _BLOCK_TOKENS))
         for i in range(request.max_tokens):
             last = i == request.max_tokens - 1
             await asyncio.sleep(0)  # each chunk its own write, as the scheduler's queue hands them over
@@ -67,12 +75,14 @@ def _serve(port: int) -> None:
     """The API as `serve` runs it: inside its request limits (`runtime.limits` reads the body first)."""
     import uvicorn
 
+    from dualpath.kvcache import FileStore
     from dualpath.runtime.api import build_app
     from dualpath.runtime.limits import RequestLimits, ServeLimits
 
-    app = RequestLimits(build_app(NullBackend()), ServeLimits())
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
-    uvicorn.Server(config).run()
+    with tempfile.TemporaryDirectory(prefix="dualpath-calibration-store-") as store:
+        app = RequestLimits(build_app(NullBackend(FileStore(store, capacity_bytes=2**40))), ServeLimits())
+        config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
+        uvicorn.Server(config).run()
 
 
 def _process_cpu_s(pid: int) -> float:
@@ -135,24 +145,13 @@ async def _measure(
 
 def measure_http(prompts: Sequence[int], repeats: int, tick: Tick) -> dict[str, Any]:
     """The HTTP legs against a real API server process with the no-op backend (median-ready samples)."""
-    import httpx
-
-    from dualpath.runtime.launcher import free_port, stop_process
+    from dualpath.runtime.launcher import free_port, stop_process, wait_healthy
 
     port = free_port()
     server = subprocess.Popen([sys.executable, "-m", "dualpath.twin.calibration_http", "--port", str(port)])
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + _START_TIMEOUT_S
-        while True:
-            try:
-                if httpx.get(f"{url}/health", timeout=1.0).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline or server.poll() is not None:
-                raise RuntimeError("the calibration HTTP server did not start")
-            time.sleep(0.05)
+        wait_healthy(url, _START_TIMEOUT_S, server)  # raises if it died or did not come up
         return asyncio.run(_measure(url, server.pid, prompts, repeats, tick))
     finally:
         stop_process(server)

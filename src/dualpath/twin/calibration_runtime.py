@@ -27,7 +27,7 @@ from dualpath.runtime.prom import parse_decode_restarts, parse_engine_work
 from dualpath.twin.calibration import NO_FACTORS, Tick
 from dualpath.twin.host_load import HostLoadSampler, clock_ticks_per_s, descendants, parse_stat
 
-_REPORT_WAIT_S = 0.1  # a few node report intervals (runtime/node.py: 20 ms)
+_REPORT_WAIT_S = 0.15  # three node report intervals (runtime/node.py: 50 ms)
 # Never a validate default. Five replays per mode, pooled (sums of CPU, charged CPU and wall): one replay
 # of 16 agents x 5 rounds lasts 2-11 s, and its per-group CPU moved by up to ±20 % (docs/twin.md).
 TRAINING_SEEDS = (1_000_003, 1_000_037, 1_000_039, 1_000_081, 1_000_099)

@@ -130,17 +130,9 @@ def attend(q: torch.Tensor, kv: torch.Tensor, positions: torch.Tensor) -> torch.
             first_masked_tile * KEY_TILE_TOKENS, tiles * KEY_TILE_TOKENS, device=q.device
         )
         masked = key_index.view(-1, KEY_TILE_TOKENS)[:, None, :] > pad_rows(chunk_positions)[None, :, None]
-        heads = [
-            _attend_rows(
-                pad_rows(rows[head, start : start + QUERY_CHUNK_ROWS]),
-                kv_tiles[:tiles, :, 0, head],
-                kv_tiles[:tiles, :, 1, head],
-                masked,
-                first_masked_tile,
-            )[: chunk_positions.shape[0]]
-            for head in range(num_kv_heads)
-        ]
-        outputs.append(torch.stack(heads))
+        chunk = pad_rows(rows[:, start : start + QUERY_CHUNK_ROWS].transpose(0, 1)).transpose(0, 1)
+        heads = _attend_rows(chunk, kv_tiles[:tiles, :, 0], kv_tiles[:tiles, :, 1], masked, first_masked_tile)
+        outputs.append(heads[:, : chunk_positions.shape[0]])
     out = torch.cat(outputs, dim=1).view(num_kv_heads, n, group, head_dim)
     return out.permute(1, 0, 2, 3).reshape(n, num_heads * head_dim)
 
@@ -148,16 +140,19 @@ def attend(q: torch.Tensor, kv: torch.Tensor, positions: torch.Tensor) -> torch.
 def _attend_rows(
     rows: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, masked: torch.Tensor, first_masked_tile: int
 ) -> torch.Tensor:
-    """One kv head. rows `[m, d]` (m a multiple of 8); keys/values `[tiles, tile, d]`;
-    masked `[tiles - first_masked_tile, m, tile]` -> `[m, d]`."""
-    scores = torch.matmul(rows, keys.transpose(1, 2))  # [tiles, m, tile]: one GEMM shape per tile
-    scores[first_masked_tile:].masked_fill_(masked, float("-inf"))
-    row_max = scores.amax(dim=(0, 2), keepdim=True)  # max is exact in any order
+    """Every kv head at once. rows `[heads, m, d]` (m a multiple of 8); keys/values `[tiles, tile, heads, d]`;
+    masked `[tiles - first_masked_tile, m, tile]` -> `[heads, m, d]`. Each (head, tile) is one GEMM of the
+    same shape, and the ops between them act element by element or along a row of one tile, so a head's
+    bits do not depend on the others (the same bits as attending head by head)."""
+    keys, values = keys.permute(2, 0, 1, 3), values.permute(2, 0, 1, 3)  # [heads, tiles, tile, d]
+    scores = torch.matmul(rows[:, None], keys.transpose(2, 3))  # [heads, tiles, m, tile]
+    scores[:, first_masked_tile:].masked_fill_(masked, float("-inf"))
+    row_max = scores.amax(dim=(1, 3), keepdim=True)  # max is exact in any order
     weights = scores.sub_(row_max).exp_()
-    numerators = torch.matmul(weights, values)  # [tiles, m, d]
-    denominators = weights.sum(dim=-1, keepdim=True)  # [tiles, m, 1]: fixed-length rows, fixed order
-    numerator, denominator = numerators[0], denominators[0]
-    for tile in range(1, numerators.shape[0]):  # in key order: masked tiles add exact zeros
-        numerator = numerator + numerators[tile]
-        denominator = denominator + denominators[tile]
+    numerators = torch.matmul(weights, values)  # [heads, tiles, m, d]
+    denominators = weights.sum(dim=-1, keepdim=True)  # [heads, tiles, m, 1]: fixed-length rows, fixed order
+    numerator, denominator = numerators[:, 0], denominators[:, 0]
+    for tile in range(1, numerators.shape[1]):  # in key order: masked tiles add exact zeros
+        numerator = numerator + numerators[:, tile]
+        denominator = denominator + denominators[:, tile]
     return numerator / denominator

@@ -142,6 +142,26 @@ class PagedKVCache:
         index = torch.tensor(pages, dtype=torch.long, device=self.pages.device)
         return self.pages[index, layer].reshape(-1, self.config.kv_row_elems)[:count]
 
+    def page_index(self, seq_id: Hashable) -> torch.Tensor:
+        """The sequence's block table as an index tensor on the device (for `tiled_rows`)."""
+        return torch.tensor(self._sequences[seq_id].pages, dtype=torch.long, device=self.pages.device)
+
+    def tiled_rows(
+        self, page_index: torch.Tensor, num_tokens: int, layer: int, new_rows: LayerKV, tile_tokens: int
+    ) -> torch.Tensor:
+        """One layer of a sequence as attention reads it: rows `0..num_tokens-1` from its pages, then
+        `new_rows`, then zero rows up to a whole number of `tile_tokens` (`numerics.tiled_kv`'s layout),
+        gathered page by page straight into that buffer (one copy). `page_index`: `page_index(seq_id)`."""
+        total = num_tokens + new_rows.shape[0]
+        out = torch.empty((-(-total // tile_tokens) * tile_tokens, self.config.kv_row_elems),
+                          dtype=self.pages.dtype, device=self.pages.device)  # fmt: skip
+        pages = -(-num_tokens // self.block_tokens)
+        gathered = out[: pages * self.block_tokens].view(pages, self.block_tokens, -1)
+        torch.index_select(self.pages[:, layer], 0, page_index[:pages], out=gathered)
+        out[num_tokens:total] = new_rows
+        out[total:] = 0
+        return out
+
     def context(self, seq_id: Hashable) -> Sequence[LayerKV]:
         """A lazy per-layer view of the sequence's KV, for `Transformer.decode_step`."""
         return _Context(self, seq_id, self.num_tokens(seq_id))

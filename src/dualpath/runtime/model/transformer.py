@@ -15,7 +15,7 @@ token's KV and logits are the same bits whichever path computed it (on CPU, floa
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -23,7 +23,16 @@ import torch
 
 from dualpath.runtime.model.config import TransformerConfig
 from dualpath.runtime.model.kv_layout import LayerKV, pack_kv
-from dualpath.runtime.model.numerics import apply_rope, attend, linear, rms_norm, rope_tables, silu, tiled_kv
+from dualpath.runtime.model.numerics import (
+    KEY_TILE_TOKENS,
+    apply_rope,
+    attend,
+    linear,
+    rms_norm,
+    rope_tables,
+    silu,
+    tiled_kv,
+)
 from dualpath.runtime.model.weights import LayerWeights, ModelWeights, check_weights, random_weights
 
 if TYPE_CHECKING:
@@ -137,22 +146,13 @@ class Transformer:
         `0..len-1` (the new token sits at position len). Linear layers run batched; attention runs per
         sequence over its own context. The caller appends `DecodeOutput.kv[layer][i]` to sequence i.
         """
-        hidden = self.embed(token_ids)
-        if hidden.shape[0] != len(contexts):
-            raise ValueError(f"{hidden.shape[0]} tokens but {len(contexts)} contexts")
-        lengths = [context[0].shape[0] for context in contexts]
-        positions = torch.tensor(lengths, dtype=torch.long, device=self.config.device)
-        new_kv = []
-        for layer in range(self.config.num_layers):
-            weights = self.weights.layers[layer]
-            q, layer_kv = self._project(weights, hidden, positions)
-            outputs = []
-            for index, context in enumerate(contexts):
-                kv = tiled_kv([context[layer], layer_kv[index : index + 1]])
-                outputs.append(attend(q[index : index + 1], kv, positions[index : index + 1]))
-            hidden = self._finish(weights, hidden, torch.cat(outputs))
-            new_kv.append(layer_kv)
-        return DecodeOutput(logits=self.final(hidden), kv=tuple(new_kv))
+        if len(token_ids) != len(contexts):
+            raise ValueError(f"{len(token_ids)} tokens but {len(contexts)} contexts")
+
+        def tiled(index: int, layer: int, new_row: LayerKV) -> torch.Tensor:
+            return tiled_kv([contexts[index][layer], new_row])
+
+        return self._decode(token_ids, [context[0].shape[0] for context in contexts], tiled)
 
     @torch.inference_mode()
     def decode_step_paged(
@@ -160,15 +160,45 @@ class Transformer:
     ) -> torch.Tensor:
         """`decode_step` over sequences held in `cache`; appends each new token's KV; returns logits.
 
+        Each sequence's context goes from its pages straight into attention's key tiles (one gather per
+        layer, `PagedKVCache.tiled_rows`), the same rows `decode_step` tiles from a list.
         Raises MemoryError before computing anything if the cache cannot take one more token for all.
         """
-        needed_pages = sum(cache.num_tokens(seq_id) % cache.block_tokens == 0 for seq_id in seq_ids)
+        lengths = [cache.num_tokens(seq_id) for seq_id in seq_ids]
+        needed_pages = sum(length % cache.block_tokens == 0 for length in lengths)
         if needed_pages > cache.num_free_pages:
             raise MemoryError(f"decode step needs {needed_pages} new pages, {cache.num_free_pages} are free")
-        output = self.decode_step(token_ids, [cache.context(seq_id) for seq_id in seq_ids])
+        pages = [cache.page_index(seq_id) for seq_id in seq_ids]  # once per step, not per layer
+
+        def tiled(index: int, layer: int, new_row: LayerKV) -> torch.Tensor:
+            return cache.tiled_rows(pages[index], lengths[index], layer, new_row, KEY_TILE_TOKENS)
+
+        output = self._decode(token_ids, lengths, tiled)
         for index, seq_id in enumerate(seq_ids):
             cache.append(seq_id, [layer_kv[index : index + 1] for layer_kv in output.kv])
         return output.logits
+
+    def _decode(
+        self,
+        token_ids: TokenIds,
+        lengths: Sequence[int],
+        tiled: Callable[[int, int, LayerKV], torch.Tensor],
+    ) -> DecodeOutput:
+        """One step of sequences with `lengths` cached tokens; `tiled(i, layer, new_row)` gives sequence i's
+        key tiles of one layer: its context, then the new token's row, then zero rows (`tiled_kv`)."""
+        hidden = self.embed(token_ids)
+        positions = torch.tensor(list(lengths), dtype=torch.long, device=self.config.device)
+        new_kv = []
+        for layer in range(self.config.num_layers):
+            weights = self.weights.layers[layer]
+            q, layer_kv = self._project(weights, hidden, positions)
+            outputs = []
+            for index in range(len(lengths)):
+                kv = tiled(index, layer, layer_kv[index : index + 1])
+                outputs.append(attend(q[index : index + 1], kv, positions[index : index + 1]))
+            hidden = self._finish(weights, hidden, torch.cat(outputs))
+            new_kv.append(layer_kv)
+        return DecodeOutput(logits=self.final(hidden), kv=tuple(new_kv))
 
     # -- pieces --------------------------------------------------------------------------------------
 
