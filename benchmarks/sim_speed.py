@@ -173,7 +173,9 @@ def _print(row: dict[str, Any]) -> None:
     phases = row.get("phases")
     if phases:
         total = sum(v["cpu_s"] for v in phases.values()) or 1.0
-        print(f"\n{'phase (CPU time of its callbacks)':<44} {'calls':>10} {'cpu s':>8} {'share':>6} {'µs/call':>8}")
+        print(
+            f"\n{'phase (CPU time of its callbacks)':<44} {'calls':>10} {'cpu s':>8} {'share':>6} {'µs/call':>8}"
+        )
         for name, v in sorted(phases.items(), key=lambda kv: -kv[1]["cpu_s"]):
             per = f"{1e6 * v['cpu_s'] / v['calls']:8.2f}" if v["calls"] else f"{'-':>8}"
             print(f"{name:<44} {v['calls']:10d} {v['cpu_s']:8.2f} {100 * v['cpu_s'] / total:5.1f}% {per}")
