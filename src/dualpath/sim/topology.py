@@ -65,6 +65,7 @@ class Topology:
     ) -> None:
         g = hw.gpus_per_node
         self.g = g
+        self.record = record  # every link keeps its rate record (`Link.utilisation_record`)
         self.links = net.links
         # Per direction, like the NICs (module docstring): reads and persists do not share one link.
         self.storage_read = net.add_link("storage_read", hw.storage_bytes_per_s, record=record)
