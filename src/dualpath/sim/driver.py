@@ -28,7 +28,7 @@ from dualpath.policy.inputs import PolicyInputs
 from dualpath.request import Request, hit_tokens_for
 from dualpath.sim.agents import Agent, Round
 from dualpath.sim.cost import CostModel, gpu_cost_model
-from dualpath.sim.early_stop import EarlyStop, EarlyStopWatch
+from dualpath.sim.early_stop import EarlyStop, EarlyStopWatch, TtftP90Watch
 from dualpath.sim.gc_tuning import held_back_gc
 from dualpath.sim.host import HostSpec, RuntimeHost
 from dualpath.sim.kernel import EventHandle, Simulator
@@ -52,6 +52,9 @@ class SimConfig:
     aps: float | None = None  # None: offline, every agent starts at t = 0
     duration_s: float | None = None  # online: stop here
     record_links: bool = False
+    # Record every link's rate (as `record_links` does, without its queue samples) for the summary's
+    # `link_utilisation`: what `advise` ranks to name a run's binding link, from the run itself.
+    link_summary: bool = False
     # The twin (dualpath.twin) predicts the CPU runtime: a calibrated cost model, and the core's α, β and
     # §6.4 predictor from the runtime's profile (`policy.inputs`). None: from the specs' (`sim/rates.py`).
     cost_model: CostModel | None = None
@@ -64,6 +67,9 @@ class SimConfig:
     agent_starts_s: tuple[float, ...] | None = None
     # Online runs: stop once clearly past the TTFT SLO (sim/early_stop.py); None runs to the end.
     early_stop: EarlyStop | None = None
+    # Stop once the run's TTFT p90 is certain to exceed this (sim/early_stop.py `TtftP90Watch`: a proof,
+    # online or offline); None runs to the end. Off with `failures` (continuations add first tokens).
+    stop_p90_ttft_s: float | None = None
     # Decode steps per run (`CoreConfig.max_decode_run_steps`): the twin gives the runtime's; None: a run
     # goes to the next batch change.
     max_decode_run_steps: int | None = None
@@ -200,8 +206,8 @@ class Simulation:
         self.net = LinkNetwork(self.sim, high_priority_share=c.hardware.high_priority_share)
         nodes = c.num_prefill_nodes + c.num_decode_nodes
         # Links that provably never bind leave the paths (same rates, less work) unless links are recorded.
-        self.topo = Topology(self.net, c.hardware, nodes, record=config.record_links,
-                             drop_unbinding=not config.record_links)  # fmt: skip
+        record = config.record_links or config.link_summary
+        self.topo = Topology(self.net, c.hardware, nodes, record=record, drop_unbinding=not record)
         g = c.hardware.gpus_per_node
         cost = config.cost_model or gpu_cost_model(c.model, c.hardware, decode_ep_size=c.num_decode_nodes * g)
         self.cost: StepCosts = config.step_costs or cost
@@ -253,6 +259,7 @@ class Simulation:
         self._snic_next_s = 0.0  # the next window boundary; the first read event samples t = 0
         self._assigned = 0  # log entries already looked at for assignment times
         self._watch = None if config.early_stop is None else EarlyStopWatch(config.early_stop)
+        self._p90_watch: TtftP90Watch | None = None
         self.stop_reason: str | None = None
         self._handlers: dict[type, Callable] = {  # type: ignore[type-arg]
             cmd.StartRead: self._read,
@@ -267,6 +274,11 @@ class Simulation:
         # Engines on one CPU host (the twin): forwards, decode runs, arrivals and writes run there.
         self.host = None if config.host is None else RuntimeHost(self, config.host)
         self._arrivals(np.random.default_rng(seed))
+        if config.stop_p90_ttft_s is not None and not config.failures:
+            # One first token per round at most, of the agents that arrive before the run's end.
+            end = math.inf if config.duration_s is None else config.duration_s
+            rounds = sum(len(a.rounds) for a in self.agents if a.start_s < end)
+            self._p90_watch = TtftP90Watch(config.stop_p90_ttft_s, max(1, rounds))
         for node, at_s, down_s in config.failures:
             self.sim.schedule_at(at_s, self._fail, node, down_s)
 
@@ -403,6 +415,10 @@ class Simulation:
                 t.first_token_s += self.host.trip_s
             if self._watch is not None and self.stop_reason is None:
                 self.stop_reason = self._watch.first_token(t.first_token_s - t.arrival_s, t.first_token_s)
+                if self.stop_reason is not None:
+                    self.sim.stop()
+            if self._p90_watch is not None and self.stop_reason is None:
+                self.stop_reason = self._p90_watch.first_token(t.first_token_s - t.arrival_s, t.first_token_s)
                 if self.stop_reason is not None:
                     self.sim.stop()
         elif c.token_index == 2:
@@ -721,10 +737,20 @@ def _check_requests_fit(
 ) -> None:
     """Refuse a run in which some round could never be placed (paper §6.2: a DE admits a request only when
     its HBM holds prompt + output), instead of letting the simulation stall with agents that never finish."""
+    why = requests_fit_error(trajectories, de_hbm_kv_tokens, c)
+    if why is not None:
+        raise ValueError(why)
+
+
+def requests_fit_error(
+    trajectories: Sequence[Sequence[Round]], de_hbm_kv_tokens: int, c: ClusterSpec
+) -> str | None:
+    """Why no DE could ever admit some trajectory's last rounds (None: every round fits one DE's HBM)."""
     longest = max((sum(append + gen for append, gen in t) for t in trajectories), default=0)
-    if longest > de_hbm_kv_tokens:
-        raise ValueError(
-            f"a trajectory reaches {longest:,} tokens but one decode engine of {c.model.name} on "
-            f"{c.hardware.name} holds at most {de_hbm_kv_tokens:,} KV tokens (HBM less weights): no DE could "
-            "ever admit its last rounds; use a smaller dataset, more decode GPUs per model replica or more HBM"
-        )
+    if longest <= de_hbm_kv_tokens:
+        return None
+    return (
+        f"a trajectory reaches {longest:,} tokens but one decode engine of {c.model.name} on "
+        f"{c.hardware.name} holds at most {de_hbm_kv_tokens:,} KV tokens (HBM less weights): no DE could "
+        "ever admit its last rounds; use a smaller dataset, more decode GPUs per model replica or more HBM"
+    )
