@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Final, Protocol
 
 import numpy as np
 
@@ -25,6 +25,7 @@ from dualpath.engine.core import ClusterCore, CoreConfig
 from dualpath.engine.modes import get_mode
 from dualpath.policy.decisions import Assignment, DecisionLog
 from dualpath.policy.inputs import PolicyInputs
+from dualpath.records import fields_repr
 from dualpath.request import Request, hit_tokens_for
 from dualpath.sim.agents import Agent, Round
 from dualpath.sim.cost import CostModel, gpu_cost_model
@@ -37,11 +38,11 @@ from dualpath.sim.prefill_timing import layerwise_end_s, whole_kv_end_s
 from dualpath.sim.rates import core_rates, hbm_kv_tokens
 from dualpath.sim.topology import Topology
 
-LOW = TrafficClass.LOW
-SAMPLE_INTERVAL_S = 1.0  # queue-length samples for `-o DIR` plots
+LOW: Final = TrafficClass.LOW
+SAMPLE_INTERVAL_S: Final = 1.0  # queue-length samples for `-o DIR` plots
 # Fig. 13 compares SNIC read traffic "within a small window" (§7.5): bytes read per SNIC are sampled at the
 # first read event at or after each multiple of this (no events of their own; module `_snic_sample`).
-SNIC_WINDOW_S = 10.0
+SNIC_WINDOW_S: Final = 10.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -88,40 +89,86 @@ class StepCosts(Protocol):
     def decode_step_max_s(self, shape: Sequence[tuple[int, int]]) -> float: ...
 
 
-@dataclass(slots=True)
+_REQUEST_TIMES_FIELDS = (
+    "agent",
+    "round_index",
+    "prompt_tokens",
+    "hit_tokens",
+    "gen_tokens",
+    "pe_read_tokens",
+    "de_read_tokens",
+    "arrival_s",
+    "scheduled_s",
+    "read_start_s",
+    "read_end_s",
+    "prefill_start_s",
+    "pe_engine",
+    "de_engine",
+    "first_token_s",
+    "second_token_s",
+    "last_token_s",
+    "done_s",
+)  # slots and repr
+
+
 class RequestTimes:
-    """One request's milestones. Slotted: a run keeps one per request to its end (≈8 M at 48P96D)."""
+    """One request's milestones (NaN: not reached), kept to the end of a run (≈8 M at 48P96D).
 
-    agent: int
-    round_index: int
-    prompt_tokens: int
-    hit_tokens: int
-    gen_tokens: int
-    pe_read_tokens: int = 0
-    de_read_tokens: int = 0
-    arrival_s: float = math.nan
-    scheduled_s: float = math.nan  # assigned to a (PE, DE) pair
-    read_start_s: float = math.nan  # its first storage read started
-    read_end_s: float = math.nan  # its last storage read finished
-    prefill_start_s: float = math.nan  # its first forward started
-    pe_engine: int = -1
-    de_engine: int = -1
-    first_token_s: float = math.nan
-    second_token_s: float = math.nan
-    last_token_s: float = math.nan
-    done_s: float = math.nan
+    A plain slotted class for the native build's sake: a dataclass's generated `__init__` stays
+    interpreted code (docs/simulator-native.md), and one is built per request.
+    """
+
+    __slots__ = _REQUEST_TIMES_FIELDS
+
+    def __init__(
+        self,
+        agent: int,
+        round_index: int,
+        prompt_tokens: int,
+        hit_tokens: int,
+        gen_tokens: int,
+        *,
+        arrival_s: float,
+    ) -> None:
+        self.agent = agent
+        self.round_index = round_index
+        self.prompt_tokens = prompt_tokens
+        self.hit_tokens = hit_tokens
+        self.gen_tokens = gen_tokens
+        self.pe_read_tokens = 0
+        self.de_read_tokens = 0
+        self.arrival_s = arrival_s
+        self.scheduled_s = math.nan  # assigned to a (PE, DE) pair
+        self.read_start_s = math.nan  # its first storage read started
+        self.read_end_s = math.nan  # its last storage read finished
+        self.prefill_start_s = math.nan  # its first forward started
+        self.pe_engine = -1
+        self.de_engine = -1
+        self.first_token_s = math.nan
+        self.second_token_s = math.nan
+        self.last_token_s = math.nan
+        self.done_s = math.nan
+
+    def __repr__(self) -> str:
+        return fields_repr(self, _REQUEST_TIMES_FIELDS)
 
 
-@dataclass(slots=True)
 class _Step:
-    c: cmd.StartPrefillStep
-    start_s: float
-    compute_s: float
-    last_layer_s: float
-    loads: int = 0
-    outs: int = 0
-    compute_done: bool = False
-    dead: bool = False  # its node failed: its flows and timers end in nothing
+    """A PE node's prefill step in flight: its command, timing and outstanding flows."""
+
+    __slots__ = ("c", "start_s", "compute_s", "last_layer_s", "loads", "outs", "compute_done", "dead")
+
+    def __init__(
+        self, c: cmd.StartPrefillStep, start_s: float, compute_s: float, last_layer_s: float
+    ) -> None:
+        self.c = c
+        self.start_s = start_s
+        self.compute_s = compute_s
+        self.last_layer_s = last_layer_s
+        self.loads = 0
+        self.outs = 0
+        self.compute_done = False
+        self.dead = False  # its node failed: its flows and timers end in nothing
 
 
 @dataclass(slots=True)
