@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
+from typing import Final
 
 from dualpath.config.specs import SchedulerSpec
 from dualpath.engine.buffers import CapacityPool
@@ -78,8 +79,8 @@ class CoreConfig:
     max_decode_run_steps: int | None = None
 
 
-_ABANDONABLE = (Phase.QUEUED, Phase.ASSIGNED, Phase.READING, Phase.READY)
-_DOWN_GROUP_TOK = 2**62  # a dead DE group's Σtok as the router sees it: phase 1 routes nothing there
+_ABANDONABLE: Final = (Phase.QUEUED, Phase.ASSIGNED, Phase.READING, Phase.READY)
+_DOWN_GROUP_TOK: Final = 2**62  # a dead DE group's Σtok as the router sees it: phase 1 routes nothing there
 
 
 @dataclass(frozen=True)

@@ -441,5 +441,7 @@ def render(result: dict[str, Any]) -> str:
         lines.append(
             f"\nDualPath saves {s['nodes']} {nodes} ({s['gpus']} GPUs, {s['fraction']:.0%}) over basic"
         )
-    lines.append(f"{result['simulations']} simulations, {result['pruned_without_a_run']} splits pruned without one")
+    lines.append(
+        f"{result['simulations']} simulations, {result['pruned_without_a_run']} splits pruned without one"
+    )
     return "\n".join(lines)
