@@ -283,9 +283,14 @@ class CostModel:
 
     def _lm_head_s(self, per_gpu_batches: Sequence[Sequence[Request]]) -> float:
         c = self.coefficients
-        requests = (
-            max(sum(1 for _, new in batch if new > 0) for batch in per_gpu_batches) if per_gpu_batches else 0
-        )
+        requests = 0  # the most requests with new tokens on one GPU (loops: no interpreted max/sum call)
+        for batch in per_gpu_batches:
+            count = 0
+            for _, new in batch:
+                if new > 0:
+                    count += 1
+            if count > requests:
+                requests = count
         if not requests:
             return 0.0
         lm_flops = requests * self._lm_head_flops_per_token
@@ -296,17 +301,24 @@ class CostModel:
 
     def _prefill_layer(self, kind: _LayerKind, attention: Sequence[float], tokens: Sequence[int]) -> float:
         c = self.coefficients
+        if len(attention) != len(tokens):
+            raise ValueError("one attention time and one token count per GPU")
         slowest = 0.0
-        for attention_s, n in zip(attention, tokens, strict=True):
-            slowest = max(slowest, attention_s + self._dense_linear_s(kind, n))
+        group_tokens = 0
+        most_tokens = 0
+        for i in range(len(tokens)):  # index loops, not zip/sum/max: no interpreted builtin calls per step
+            n = tokens[i]
+            slowest = max(slowest, attention[i] + self._dense_linear_s(kind, n))
+            group_tokens += n
+            if i == 0 or n > most_tokens:
+                most_tokens = n
         if not kind.moe:
             return slowest + c.layer_overhead_s
-        group_tokens = sum(tokens)
         ep = max(1, len(tokens)) if c.ep_size > 1 else 1
         experts_s = self._experts_s(kind, group_tokens, ep)
         comm_s = 0.0
         if ep > 1:
-            values = max(tokens) * self.model.ffn.num_active_experts * self.model.hidden_size
+            values = most_tokens * self.model.ffn.num_active_experts * self.model.hidden_size
             comm_s = values * (DISPATCH_BYTES_PER_VALUE + COMBINE_BYTES_PER_VALUE) / c.prefill_a2a_bytes_per_s
         return slowest + max(experts_s, comm_s) + c.layer_overhead_s
 
@@ -354,7 +366,7 @@ class CostModel:
             if batch_size <= 0:
                 t = 0.0
             else:
-                buckets = max(1, round(total_context_tokens / batch_size / bucket))
+                buckets = max(1, round_half_even(total_context_tokens / batch_size / bucket))
                 if batch_size >= len(rows):
                     rows.extend([] for _ in range(batch_size + 1 - len(rows)))
                 row = rows[batch_size]
@@ -409,6 +421,16 @@ class CostModel:
             )
         flops = batch_size * arch.decode_attention_flops(m, context)
         return flops / (c.bf16_flops_per_s * _surface_at(c.decode_attention, batch_size, context))
+
+
+def round_half_even(x: float) -> int:
+    """`round(x)` for 0 <= x < 2**52 (ties to even), in compiled code: the native build calls the `round`
+    builtin through the interpreter. x - int(x) is exact there, so the ties are the builtin's."""
+    whole = int(x)
+    rest = x - whole
+    if rest > 0.5 or (rest == 0.5 and whole % 2 == 1):
+        return whole + 1
+    return whole
 
 
 def _surface_at(surface: dict[int, Curve], batch_size: int, kv_len: float) -> float:

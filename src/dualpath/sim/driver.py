@@ -634,12 +634,19 @@ class Simulation:
 
     def _attention_balance(self, attention: list[float]) -> None:
         """Paper Fig. 14: max over the node's GPUs of attention time / the mean, for this step."""
-        mean = sum(attention) / len(attention)
+        total, most, least = 0.0, attention[0], attention[0]
+        for a in attention:  # one loop, not sum/max/min: no interpreted builtin calls per step
+            total += a
+            if a > most:
+                most = a
+            if a < least:
+                least = a
+        mean = total / len(attention)
         if mean > 0:
-            ratio = max(attention) / mean
+            ratio = most / mean
             self._attention_ratios.append(ratio)
             self._attention_times_s.append(self.sim.now_s)
-            if min(attention) > 0.0:
+            if least > 0.0:
                 self._attention_ratios_busy.append(ratio)
                 self._attention_busy_times_s.append(self.sim.now_s)
 
