@@ -270,3 +270,19 @@ def test_cached_beta_groups_and_waiting_count_match_a_recount_through_a_run() ->
     seen = drive(core, [], first)
     done = {c.request_id for c in seen if isinstance(c, cmd.RequestDone)}
     assert done == set(range(24)) and core._pe_open == {0} and core.scheduler.waiting == 0
+
+
+@pytest.mark.parametrize("open_groups", [set(), {0}, {3}, {1, 4}, {0, 2, 3}, {0, 1, 2, 3, 4}])
+def test_fetch_visits_the_open_pe_groups_in_the_rotation_of_all_groups(open_groups: set[int]) -> None:
+    """A fetch's PE groups (`_pe_fetch_order`): the open ones, in the order of the rotation over all P
+    groups that starts at group `fetches mod P`; round robin visits all P in that rotation."""
+    num = 5
+    core = make_core("dualpath", p=num)
+    rr = make_core("basic", p=num)
+    assert rr.mode.scheduling == "round-robin"
+    for fetches in range(2 * num + 1):
+        rotation = [(fetches + k) % num for k in range(num)]
+        core._fetches = rr._fetches = fetches
+        core._pe_open = set(open_groups)
+        assert core._pe_fetch_order(False) == [n for n in rotation if n in open_groups]
+        assert rr._pe_fetch_order(True) == rotation

@@ -154,3 +154,30 @@ def test_cpu_coefficients_use_the_same_form() -> None:
     assert CostModel.from_dict(tiny, cm.to_dict()).to_dict() == cm.to_dict()
     with pytest.raises(ValueError, match="unknown cost coefficients"):
         CostModel.from_dict(tiny, {**coeffs, "bogus": 1.0})
+
+
+def test_round_half_even_is_the_builtin_round() -> None:
+    import random
+
+    from dualpath.sim.cost import round_half_even
+
+    rng = random.Random(3)
+    halves = [k + 0.5 for k in range(200)]  # every tie, both parities
+    near = [k + d for k in range(50) for d in (0.4999999999999999, 0.5000000000000001, 1e-12, -1e-12)]
+    spread = [rng.uniform(0, 1e6) for _ in range(20_000)] + [rng.uniform(0, 3) for _ in range(20_000)]
+    for x in [0.0, 1.0, 2.0**40 + 0.5, *halves, *(v for v in near if v >= 0), *spread]:
+        assert round_half_even(x) == round(x), x
+
+
+@pytest.mark.parametrize("make_model", [make_deepseek_v32, make_qwen25_32b])
+def test_decode_step_max_is_the_slowest_engines_decode_step(make_model) -> None:  # type: ignore[no-untyped-def]
+    # Its cached rows of (batch, context bucket) give decode_step_time_s's numbers, ties and all.
+    cm = gpu_cost_model(make_model(), HOPPER, decode_ep_size=32)
+    shapes = [
+        ((3, 300), (1, 96)),
+        ((7, 224), (2, 128), (0, 0)),
+        ((5, 5 * 96),),
+        ((40, 40 * 32 + 20), (39, 3)),
+    ]
+    for shape in shapes * 2:  # the second pass reads the rows the first one filled
+        assert cm.decode_step_max_s(shape) == max(cm.decode_step_time_s(b, ctx) for b, ctx in shape)

@@ -112,6 +112,42 @@ def test_dropping_unbinding_links_changes_no_result() -> None:
         summary = summarise(sim.run(), offline=True, wall_s=0.0)
         # (recording also samples queues once a second, which moves the end of the event loop and gives
         # `read_waits`)
-        skip = ("sim_wall_s", "events", "sim_end_s", "read_waits")
+        skip = ("sim_wall_s", "events", "sim_end_s", "read_waits", "link_utilisation")
         out[record] = {k: v for k, v in summary.items() if k not in skip}
     assert out[False] == out[True]
+
+
+def test_link_summary_changes_no_result_and_matches_the_link_csv(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import csv
+
+    from dualpath.sim.agents import load_trajectories
+    from dualpath.sim.driver import SimConfig, Simulation
+    from dualpath.sim.summary import summarise, write_outputs
+
+    cluster = load_cluster(hardware="hopper-8x400g", model="ds-27b", num_prefill_nodes=1, num_decode_nodes=1,
+                           overrides=[])  # fmt: skip
+    trajectories = [t[:8] for t in load_trajectories("64k", 12, 3)]
+    runs = {}
+    for summary_on in (False, True):
+        sim = Simulation(SimConfig(cluster=cluster, mode="dualpath", link_summary=summary_on), trajectories,
+                         seed=3)  # fmt: skip
+        outcome = sim.run()
+        runs[summary_on] = (outcome, summarise(outcome, offline=True, wall_s=0.0))
+    plain, with_links = runs[False][1], runs[True][1]
+    assert "link_utilisation" not in plain
+    utilisation = with_links.pop("link_utilisation")
+    plain.pop("sim_wall_s"), with_links.pop("sim_wall_s")
+    assert plain == with_links  # every link kept, no queue samples: the same events and numbers
+    # The same numbers as the `-o` files' links.csv, per link: mean rate / capacity, bins at >= 95 %.
+    outcome = runs[True][0]
+    write_outputs(outcome, dict(with_links), {}, tmp_path)
+    with (tmp_path / "links.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    links = outcome.topology_links()
+    assert set(utilisation) == set(links)
+    for name, (mean, busy) in utilisation.items():
+        rates = [float(row[f"{name}_bytes_per_s"]) for row in rows]
+        cap = links[name].capacity_bytes_per_s
+        assert mean == sum(rates) / len(rates) / cap
+        assert busy == sum(r >= 0.95 * cap for r in rates) / len(rates)
+    assert max(mean for mean, _ in utilisation.values()) > 0.1

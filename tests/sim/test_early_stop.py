@@ -2,23 +2,27 @@
 
 from __future__ import annotations
 
+import random
+
+import numpy as np
 import pytest
 
 from dualpath.config.loader import load_cluster
 from dualpath.sim.agents import load_trajectories
 from dualpath.sim.driver import SimConfig, Simulation
-from dualpath.sim.early_stop import EarlyStop, EarlyStopWatch
+from dualpath.sim.early_stop import EarlyStop, EarlyStopWatch, TtftP90Watch
 from dualpath.sim.summary import summarise
 
 RULE = EarlyStop(ttft_slo_s=4.0, factor=2.0, window_first_tokens=32)
 
 
-def online(aps: float, early_stop: EarlyStop | None) -> tuple[Simulation, dict]:  # type: ignore[type-arg]
+def online(aps: float, early_stop: EarlyStop | None, p90_s: float | None = None) -> tuple[Simulation, dict]:  # type: ignore[type-arg]
     # A 1P1D cluster with a cut SNIC: 2 APS is far past what it serves, 0.05 APS well within the SLO.
     cluster = load_cluster(hardware="hopper-8x400g", model="ds-27b", num_prefill_nodes=1, num_decode_nodes=1,
                            overrides=["hardware.snic_bytes_per_s=25Gbps"])  # fmt: skip
     trajectories = [t[:20] for t in load_trajectories("64k", round(aps * 300), 1)]
-    config = SimConfig(cluster=cluster, mode="basic", aps=aps, duration_s=300.0, early_stop=early_stop)
+    config = SimConfig(cluster=cluster, mode="basic", aps=aps, duration_s=300.0, early_stop=early_stop,
+                       stop_p90_ttft_s=p90_s)  # fmt: skip
     sim = Simulation(config, trajectories, seed=1)
     return sim, summarise(sim.run(), offline=False, wall_s=0.0)
 
@@ -88,3 +92,53 @@ def test_reproduce_counts_a_stopped_run_as_missing_the_slo(tmp_path) -> None:  #
     assert slo_cell(outcome.result).startswith("no (stopped early")
     good = {"ttft_s": {"mean": 1.0}, "tpot_s": {"mean": 0.01}}
     assert within_slo(good) and not within_slo({**good, "stopped_early": True})
+
+
+def test_p90_watch_fires_only_once_no_completion_can_save_the_p90() -> None:
+    # Whatever values still come (at most max_first_tokens in all), numpy's p90 stays over the target.
+    rng = random.Random(7)
+    fired = 0
+    for _ in range(300):
+        total = rng.randint(1, 60)
+        watch = TtftP90Watch(1.0, total)
+        seen: list[float] = []
+        for i in range(rng.randint(1, total)):
+            ttft = rng.choice([0.5, 2.0, 1.0, 3.0])
+            seen.append(ttft)
+            if watch.first_token(ttft, float(i)) is not None:
+                best_case = seen + [0.0] * (total - len(seen))  # every first token left is instant
+                assert all(np.percentile(best_case[:n], 90) > 1.0 for n in range(len(seen), total + 1))
+                fired += 1
+                break
+    assert fired > 50  # the check above ran
+
+
+def test_p90_watch_counts_first_tokens_over_the_target() -> None:
+    watch = TtftP90Watch(4.0, 100)  # p90 index floor(0.9 * 99) = 89: 11 over it settle it, 12 with the margin
+    assert watch.needed == 12
+    assert all(watch.first_token(4.0, 0.0) is None for _ in range(50))  # at the target is within it
+    assert [watch.first_token(5.0, 0.0) for _ in range(11)] == [None] * 11
+    reason = watch.first_token(5.0, 9.0)
+    assert reason is not None and "certainly > 4 s" in reason
+    with pytest.raises(ValueError):
+        TtftP90Watch(0.0, 10)
+
+
+def test_run_past_the_p90_target_stops_once_the_verdict_is_settled() -> None:
+    sim, full = online(2.0, None)
+    stopped_sim, stopped = online(2.0, None, p90_s=4.0)
+    assert full["ttft_s"]["p90"] > 4.0 and not full["stopped_early"]
+    assert stopped["stopped_early"] and "certainly" in stopped["stop_reason"]
+    assert stopped["sim_end_s"] < full["sim_end_s"]
+    assert stopped["ttft_s"]["p90"] > 4.0
+    prefix = stopped_sim.log.entries
+    assert prefix == sim.log.entries[: len(prefix)]
+
+
+def test_run_within_the_p90_target_is_unchanged_by_the_watch() -> None:
+    _, plain = online(0.05, None)
+    _, watched = online(0.05, None, p90_s=4.0)
+    assert plain["ttft_s"]["p90"] <= 4.0
+    assert {k: v for k, v in watched.items() if k != "sim_wall_s"} == {
+        k: v for k, v in plain.items() if k != "sim_wall_s"
+    }

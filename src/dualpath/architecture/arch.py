@@ -17,6 +17,8 @@ KV bytes per token per layer (PUBLIC-FACTS.md, "Model architectures"):
 
 from __future__ import annotations
 
+from typing import Final
+
 from dualpath.config.specs import AttentionSpec, ModelSpec
 
 # Bytes per element of each KV cache format (IEEE fp32 / bf16 / fp16; OCP FP8 E4M3).
@@ -24,10 +26,10 @@ KV_ELEMENT_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0}
 
 # DeepSeek FP8 MLA cache (FlashMLA FP8 sparse decoding kernel, DeepSeek-V3.2): the latent is FP8 with
 # one fp32 scale per 128 values, the RoPE part stays BF16.
-MLA_FP8_SCALE_TILE_VALUES = 128  # values per fp32 scale (FlashMLA FP8 KV format)
-FP32_BYTES = 4.0
-BF16_BYTES = 2.0
-FP8_BYTES = 1.0
+MLA_FP8_SCALE_TILE_VALUES: Final = 128  # values per fp32 scale (FlashMLA FP8 KV format)
+FP32_BYTES: Final = 4.0
+BF16_BYTES: Final = 2.0
+FP8_BYTES: Final = 1.0
 
 
 # ----------------------------------------------------------------------------------------------

@@ -47,7 +47,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--workers", type=int, default=None, help="parallel simulations (default: cores)")
     p.add_argument("--ray", metavar="auto|ADDRESS", default=None, help="run simulations as Ray tasks")
-    p.add_argument("--no-links", action="store_true", help="skip the link-recording run of each answer")
+    p.add_argument("--no-links", action="store_true", help="do not record links (no binding link is named)")
     p.add_argument("-o", "--out", type=Path, default=Path("out/advise"), help="run cache and link records")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
@@ -68,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         result = advise(problem, modes, args.out, workers=args.workers or default_workers(),
-                        ray_address=args.ray, log=log, links=not args.no_links)  # fmt: skip
+                        ray_address=args.ray, log=log, progress=True)  # fmt: skip
     except RuntimeError as error:  # --ray without ray installed
         raise UserError(str(error)) from None
     result["wall_s"] = round(time.perf_counter() - started, 1)
@@ -107,12 +107,46 @@ def _problem(args: argparse.Namespace, problem: Any, slo: Any) -> Any:
         aps=args.aps, duration_s=duration_s if online else None, overrides=tuple(args.set), seed=args.seed,
         # A run clearly past the TTFT target stops early and counts as a miss (experiments/advise.py).
         early_stop_ttft_s=max(ttft, EARLY_STOP_FLOOR_S) if online else None,
+        # ... and every run once its TTFT p90 is certain to miss it (a proof: sim/early_stop.py).
+        early_stop_p90_ttft_s=max(ttft, EARLY_STOP_FLOOR_S),
+        # Every run records its links, so the chosen run names its binding link itself (no re-run).
+        link_summary=not args.no_links,
     )  # fmt: skip
     rng = pd_range(cluster.hardware)
     if rng.is_empty:
         raise UserError(f"the planner's bottleneck-free P/D range is empty on {args.hardware}")
     return problem(template=template, slo=slo(ttft_p90_s=ttft, tpot_p90_s=tpot), pd_range=rng,
-                   gpus_per_node=cluster.hardware.gpus_per_node, max_nodes=args.max_nodes)  # fmt: skip
+                   gpus_per_node=cluster.hardware.gpus_per_node, max_nodes=args.max_nodes,
+                   cannot_run=_cannot_run(cluster, template, UserError))  # fmt: skip
+
+
+def _cannot_run(cluster: Any, template: Any, error: Any) -> Any:
+    """Why a split (P, D) cannot run at all, by the closed forms `dualpath simulate` refuses it with: the
+    model's weights do not fit a GPU at that expert parallelism, or a DE cannot hold the workload's
+    longest trajectory (None: it can run). Loads the run's trajectories once to know the longest."""
+    from dualpath.cli.cmd_simulate import _split_workload_sets
+    from dualpath.sim.agents import load_trajectories, scale_rounds
+    from dualpath.sim.driver import requests_fit_error
+    from dualpath.sim.rates import hbm_kv_tokens
+
+    _, scales = _split_workload_sets(list(template.overrides), error)
+    try:
+        trajectories = scale_rounds(
+            load_trajectories(template.dataset, template.agents, template.seed), **scales
+        )
+    except (ValueError, FileNotFoundError) as exc:
+        raise error(str(exc)) from None
+    g = cluster.hardware.gpus_per_node
+
+    def why(p: int, d: int) -> str | None:
+        try:
+            hbm_kv_tokens(cluster, role_gpus=p * g)
+            de_tokens = hbm_kv_tokens(cluster, role_gpus=d * g)
+        except ValueError as exc:  # the weights alone overflow a GPU's HBM
+            return str(exc)
+        return requests_fit_error(trajectories, de_tokens, cluster)
+
+    return why
 
 
 def _trace(name_or_path: str, folder: Path) -> str:

@@ -43,6 +43,14 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="early stop: the recent mean TTFT must exceed F x the SLO (default 2)",
     )
     p.add_argument(
+        "--early-stop-p90-ttft-s",
+        type=float,
+        default=None,
+        metavar="S",
+        help="stop as soon as the run's TTFT p90 is certain to exceed S, whatever the rest of the run does "
+        "(a proof, online or offline; docs/simulator.md); off by default",
+    )
+    p.add_argument(
         "--fail",
         action="append",
         default=[],
@@ -50,12 +58,18 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="node NODE (p0, d1, ...) dies at TIME (e.g. d0@300s), for good or for DOWN (e.g. +60s); the "
         "core re-plans its requests; the run is repeated without failures to report the JCT cost",
     )
+    p.add_argument(
+        "--link-summary",
+        action="store_true",
+        help="record every link and add `link_utilisation` to the result: per link its mean utilisation and "
+        "the share of the run at >= 95%% of capacity (what `advise` ranks; `-o` writes it too)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument(
         "-o", "--out", type=Path, default=None, help="write records, link CSV, config and plots here"
     )
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, exit_without_teardown=True)  # cli/main.py `run`
     return p
 
 
@@ -81,6 +95,8 @@ def run(args: argparse.Namespace) -> int:
     if (args.aps is None) != (args.duration is None) and args.aps is not None and args.aps <= 0:
         raise UserError("--aps must be > 0")
     early_stop = _early_stop(args, UserError)
+    if args.early_stop_p90_ttft_s is not None and args.early_stop_p90_ttft_s <= 0:
+        raise UserError("--early-stop-p90-ttft-s must be > 0")
     cluster_sets, scales = _split_workload_sets(args.set, UserError)
     try:
         cluster = load_cluster(hardware=args.hardware, model=args.model, num_prefill_nodes=args.p,
@@ -91,7 +107,9 @@ def run(args: argparse.Namespace) -> int:
     failures = tuple(parse_failure(item, args.p, args.d, UserError) for item in args.fail)
     config = SimConfig(cluster=cluster, mode=args.mode, read_path=args.read_path, aps=args.aps,
                        duration_s=args.duration, record_links=args.out is not None,
-                       early_stop=early_stop, failures=failures)  # fmt: skip
+                       link_summary=args.link_summary,
+                       early_stop=early_stop, stop_p90_ttft_s=args.early_stop_p90_ttft_s,
+                       failures=failures)  # fmt: skip
     started = time.perf_counter()
     try:
         sim = Simulation(config, trajectories, seed=args.seed)

@@ -19,8 +19,10 @@ waits on a full DE buffer mid-step and the buffers cannot deadlock. DE HBM is re
 
 from __future__ import annotations
 
+import bisect
 from collections import deque
 from dataclasses import dataclass
+from typing import Final
 
 from dualpath.config.specs import SchedulerSpec
 from dualpath.engine.buffers import CapacityPool
@@ -78,8 +80,8 @@ class CoreConfig:
     max_decode_run_steps: int | None = None
 
 
-_ABANDONABLE = (Phase.QUEUED, Phase.ASSIGNED, Phase.READING, Phase.READY)
-_DOWN_GROUP_TOK = 2**62  # a dead DE group's Σtok as the router sees it: phase 1 routes nothing there
+_ABANDONABLE: Final = (Phase.QUEUED, Phase.ASSIGNED, Phase.READING, Phase.READY)
+_DOWN_GROUP_TOK: Final = 2**62  # a dead DE group's Σtok as the router sees it: phase 1 routes nothing there
 
 
 @dataclass(frozen=True)
@@ -173,7 +175,7 @@ class ClusterCore:
         out: list[Command] = []
         progress = True
         round_robin = self.mode.scheduling == "round-robin"
-        de_up = len(self.down.intersection(self.de_nodes)) < len(self.de_nodes)
+        de_up = not self.down or len(self.down.intersection(self.de_nodes)) < len(self.de_nodes)
         if not round_robin and de_up and self.scheduler.waiting > self.scheduler.pe_queue_len:
             self._fetch_de_groups_two_phase()
         while round_robin and progress and self.scheduler.waiting > self.scheduler.pe_queue_len:
@@ -183,12 +185,11 @@ class ClusterCore:
                 progress = self._fetch_de_group(node) or progress
         # Leaders fetch independently in the paper; rotating who fetches first keeps any one PE
         # group from always having first pick of Q.
-        pe_ids = list(self.pe_nodes)
         self._fetches += 1
-        for k in range(len(pe_ids)):
+        visit = self._pe_fetch_order(round_robin) if self.scheduler.pe_queue_len else ()
+        for node_id in visit:
             if not self.scheduler.pe_queue_len:
                 break
-            node_id = pe_ids[(self._fetches + k) % len(pe_ids)]
             if node_id in self.down:
                 continue  # a dead group fetches nothing (`on_node_down`)
             if not round_robin and node_id not in self._pe_open:
@@ -198,6 +199,25 @@ class ClusterCore:
                 out += self._on_assigned(a)
         self._fetch_wanted = False
         return out
+
+    def _pe_fetch_order(self, round_robin: bool) -> list[int]:
+        """The PE groups in this fetch's rotation: every group from group `_fetches mod P` on, wrapping.
+
+        Two-phase scheduling visits only the open ones (`_pe_open`; the loop skips the others), so they
+        are taken from the open set in that order (O(open), not O(P) per fetch: 48 PE groups at
+        48P96D). The same groups in the same order: during a fetch only the group that fetches changes
+        its compute_tok (Algorithm 1 places on its own engines), so no other group opens meanwhile.
+        PE node ids are 0..P-1 (`__init__`), so a group's place in the rotation is its id.
+        """
+        num = len(self.pe_nodes)
+        if not num:
+            return []
+        start = self._fetches % num
+        if round_robin:
+            return [(start + k) % num for k in range(num)]
+        ids = sorted(self._pe_open)
+        cut = bisect.bisect_left(ids, start)
+        return ids[cut:] + ids[:cut]
 
     def _fetch_de_group(self, node: DecodeNode) -> bool:
         """One DE group leader's fetch (§6.2); True if it placed a request."""

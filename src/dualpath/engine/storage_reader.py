@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Final, NamedTuple
 
-DEFAULT_MAX_INFLIGHT_READS = 2
+DEFAULT_MAX_INFLIGHT_READS: Final = 2
 
 
 class ReadPart(NamedTuple):

@@ -1,36 +1,43 @@
 """`dualpath advise`: the smallest P×D cluster that meets a latency SLO at a target load, per mode.
 
-A search, not a grid (issue 19). For one mode:
+A search, not a grid. For one mode:
 
-1. Splits of n nodes are the (P, n − P) inside the planner's bottleneck-free P/D range (paper §4.2 eq. 9,
-   `dualpath.plan.bounds.pd_range`): outside it some link is over capacity at full SNIC read rate, so
-   those splits are pruned without a run. Inside it they are tried nearest the range's geometric centre
-   first, `workers` at a time (each a cached `dualpath simulate` run).
-2. n meets the SLO when one of its splits does. Node counts double from a start until one meets it, then
-   bisect between the last that did not and the first that did. This assumes that a cluster with one more
-   node, at its best split, never does worse: the verdict at n − 1 is then a measured "no" for every split
-   of the range, which the result lists as evidence.
+1. Prune without a run. Splits of n nodes are the (P, n − P) inside the planner's bottleneck-free P/D range
+   (paper §4.2 eq. 9, `dualpath.plan.bounds.pd_range`): outside it some link is over capacity at full SNIC
+   read rate. Of those, a split whose GPUs cannot hold the model's weights, or whose DEs cannot hold the
+   workload's longest trajectory, is pruned by the same closed forms the simulator refuses it with
+   (`Problem.cannot_run`: `sim.rates.hbm_kv_tokens`, `sim.driver.requests_fit_error`); it counts as a miss
+   and is listed with its reason. Node counts without a split that can run are misses without a run.
+2. n meets the SLO when one of its splits does (tried nearest the range's geometric centre first, `batch`
+   at a time). From the smallest n with a split that can run, n grows by 1, 2, 4, … until one meets it,
+   then bisects between the last that did not and the first that did. This assumes that a cluster with one
+   more node, at its best split, never does worse: the verdict at n − 1 is then a measured "no" for every
+   split of the range, which the result lists as evidence.
 3. At the answer n every split is run; the recommendation is the split that meets the SLO with the most
    headroom (lowest max(TTFT p90 / target, TPOT p90 / target)). One more run of it records every link
    (`simulate -o`), and the link class with the highest mean utilisation is reported as the binding link.
 
-Online runs (APS) stop early once clearly past max(TTFT target, 4 s) (sim/early_stop.py, on the mean
-TTFT; a run whose mean TTFT exceeds the p90 target has, for the right-skewed TTFT here, a p90 past it too)
-and then count as missing the SLO; the 4 s floor lets every target up to the paper's share cached runs.
+The modes are searched side by side: each search is a generator of batches of runs (`search_steps`), and
+`advise` runs the batches of all modes together on the workers, so neither waits for the other; a mode's
+link-recording run starts as soon as its answer is known.
+
+Every run stops as soon as its TTFT p90 is certain to exceed max(TTFT target, 4 s) (sim/early_stop.py
+`TtftP90Watch`, a proof), and online runs (APS) also once clearly past it (on the mean TTFT; for the
+right-skewed TTFT here a mean past the p90 target means a p90 past it too); a stopped run counts as
+missing the SLO. The 4 s floor lets every target up to the paper's share cached runs.
 """
 
 from __future__ import annotations
 
-import csv
-import json
 import math
-import subprocess
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
+
+from tqdm import tqdm
 
 from dualpath.experiments.runner import RunOutcome, run_all
 from dualpath.experiments.runspec import RunSpec
@@ -60,6 +67,11 @@ class Slo:
         return h is not None and h <= 1.0
 
 
+def runs_anywhere(p: int, d: int) -> str | None:
+    """`Problem.cannot_run` when nothing is known to rule a split out."""
+    return None
+
+
 @dataclass(frozen=True, kw_only=True)
 class Problem:
     """What to size: one run template (model, hardware, workload, load) without P, D or mode."""
@@ -69,6 +81,9 @@ class Problem:
     pd_range: PdRange
     gpus_per_node: int
     max_nodes: int = 64
+    # Closed form, no run: why the split (P, D) cannot run at all (the model's weights or the longest
+    # trajectory do not fit its GPUs' HBM), or None. Such a split is pruned and counts as a miss.
+    cannot_run: Callable[[int, int], str | None] = runs_anywhere
 
 
 @dataclass(kw_only=True)
@@ -77,6 +92,7 @@ class Evidence:
     result: dict | None
     error: str | None
     met: bool
+    pruned: str | None = None  # why it was not run (closed form), None for a run
 
     def row(self, slo: Slo) -> dict[str, Any]:
         r = self.result
@@ -92,8 +108,10 @@ class Evidence:
             "stopped_early": bool(r and r.get("stopped_early")),
             "headroom": slo.headroom(r),
             "error": self.error,
-            "key": self.spec.key(),
-            "command": "dualpath " + " ".join(self.spec.argv()),
+            "pruned": self.pruned,
+            "stop_reason": r.get("stop_reason") if r else None,
+            "key": None if self.pruned else self.spec.key(),
+            "command": None if self.pruned else "dualpath " + " ".join(self.spec.argv()),
         }
 
 
@@ -118,54 +136,90 @@ def splits(n: int, rng: PdRange) -> list[tuple[int, int]]:
     return sorted(inside, key=lambda pd: (abs(math.log(pd[0] / pd[1] / centre)), pd[0]))
 
 
-def search(
-    problem: Problem, mode: str, run: Runner, *, start: int, batch: int, log: Callable[[str], None]
-) -> ModeAnswer:
-    """The smallest node count whose best split meets the SLO (module docstring)."""
+Outcomes = dict[str, RunOutcome]
+Steps = Generator[list[RunSpec], Outcomes, ModeAnswer]
+
+
+def lowest_nodes(problem: Problem) -> int | None:
+    """The smallest node count with a split in the range that can run (closed form), None if none."""
+    for n in range(2, problem.max_nodes + 1):
+        if any(problem.cannot_run(p, d) is None for p, d in splits(n, problem.pd_range)):
+            return n
+    return None
+
+
+def search_steps(problem: Problem, mode: str, *, start: int, batch: int, log: Callable[[str], None]) -> Steps:
+    """The search of one mode (module docstring) as a generator: it yields the runs it needs next and is
+    sent their outcomes (keyed by `RunSpec.key()`); it returns the mode's answer."""
     answer = ModeAnswer(mode=mode)
     seen: dict[RunSpec, Evidence] = {}
 
-    def try_nodes(n: int, *, every_split: bool) -> bool:
+    def try_nodes(n: int, *, every_split: bool) -> Generator[list[RunSpec], Outcomes, bool]:
         todo = [replace(problem.template, p=p, d=d, mode=mode) for p, d in splits(n, problem.pd_range)]
-        step = max(1, len(todo) if every_split else batch)  # no split of n in the range: no chunk
-        for i in range(0, len(todo), step):
-            chunk = todo[i : i + step]
-            outcomes = run([s for s in chunk if s not in seen])
-            for spec in chunk:
-                if spec not in seen:
-                    o = outcomes.get(spec.key())
-                    result = o.result if o else None
-                    seen[spec] = ev = Evidence(spec=spec, result=result, error=o.error if o else "no result",
-                                               met=problem.slo.met(result))  # fmt: skip
-                    answer.runs.append(ev)
-                    log(_describe(ev, problem.slo))
+        for spec in todo:
+            why = None if spec in seen else problem.cannot_run(spec.p, spec.d)
+            if why is not None:
+                seen[spec] = ev = Evidence(spec=spec, result=None, error=None, met=False, pruned=why)
+                answer.runs.append(ev)
+                log(_describe(ev, problem.slo))
+        runnable = [spec for spec in todo if seen.get(spec) is None or seen[spec].pruned is None]
+        step = max(1, len(runnable) if every_split else batch)  # no split of n that runs: no chunk
+        for i in range(0, len(runnable), step):
+            chunk = runnable[i : i + step]
+            wanted = [s for s in chunk if s not in seen]
+            outcomes = (yield wanted) if wanted else {}
+            for spec in wanted:
+                o = outcomes.get(spec.key())
+                result = o.result if o else None
+                seen[spec] = ev = Evidence(spec=spec, result=result, error=o.error if o else "no result",
+                                           met=problem.slo.met(result))  # fmt: skip
+                answer.runs.append(ev)
+                log(_describe(ev, problem.slo))
             if any(seen[s].met for s in chunk) and not every_split:
                 break
         ok = any(seen[s].met for s in todo)
         answer.nodes_checked[n] = ok
         return ok
 
-    lo, n = 1, max(2, start)  # lo: the largest n known to miss (1 node cannot hold P ≥ 1 and D ≥ 1)
-    while not try_nodes(n, every_split=False):
+    lowest = lowest_nodes(problem)
+    if lowest is None:
+        return answer
+    lo, n, grow = lowest - 1, max(start, lowest), 1  # lo: the largest n known to miss
+    while not (yield from try_nodes(n, every_split=False)):
         lo = n
         if n >= problem.max_nodes:
             return answer
-        n = min(2 * n, problem.max_nodes)
+        n, grow = min(n + grow, problem.max_nodes), 2 * grow
     hi = n
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        if try_nodes(mid, every_split=False):
+        if (yield from try_nodes(mid, every_split=False)):
             hi = mid
         else:
             lo = mid
-    try_nodes(hi, every_split=True)
+    yield from try_nodes(hi, every_split=True)
     at_hi = [e for e in answer.runs if e.spec.p + e.spec.d == hi and e.met]
     answer.best = min(at_hi, key=lambda e: (problem.slo.headroom(e.result) or math.inf, e.spec.p))
     return answer
 
 
+def search(
+    problem: Problem, mode: str, run: Runner, *, start: int, batch: int, log: Callable[[str], None]
+) -> ModeAnswer:
+    """`search_steps` of one mode, each batch run by `run` as it comes."""
+    steps = search_steps(problem, mode, start=start, batch=batch, log=log)
+    try:
+        wanted = next(steps)
+        while True:
+            wanted = steps.send(run(wanted))
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+
+
 def _describe(ev: Evidence, slo: Slo) -> str:
     s, r = ev.spec, ev.result
+    if ev.pruned is not None:
+        return f"  {s.mode:<9} {s.p}P{s.d}D  pruned, not run: {ev.pruned}"
     if r is None:
         return f"  {s.mode:<9} {s.p}P{s.d}D  failed: {ev.error}"
     ttft, tpot = metric(r, "ttft_s", "p90"), metric(r, "tpot_s", "p90")
@@ -179,18 +233,6 @@ def _describe(ev: Evidence, slo: Slo) -> str:
 # ---------------------------------------------------------------- the binding link of a run
 
 
-def binding_link(spec: RunSpec, out_dir: Path) -> dict[str, Any] | None:
-    """Re-run `spec` recording every link (`simulate -o`) and rank link classes by mean utilisation."""
-    folder = out_dir / "links" / spec.key()
-    if not (folder / "links.csv").exists():
-        command = [sys.executable, "-m", "dualpath.cli.main", *spec.argv(), "-o", str(folder)]
-        done = subprocess.run(command, capture_output=True, text=True)
-        if done.returncode != 0 or not (folder / "links.csv").exists():
-            return None
-    config = json.loads((folder / "config.json").read_text())
-    return rank_links(folder / "links.csv", config["cluster"], spec.p)
-
-
 BINDING_TIME_SHARE = 0.25  # share of the run at >= 95 % of capacity for a link to count as binding
 
 _CLASSES = {"snic_rx": ("SNIC read", "snic"), "snic_tx": ("SNIC write", "snic"), "dram": ("DRAM", "dram"),
@@ -198,22 +240,19 @@ _CLASSES = {"snic_rx": ("SNIC read", "snic"), "snic_tx": ("SNIC write", "snic"),
             "up": ("PCIe D2H", "pcie")}  # fmt: skip
 
 
-def rank_links(links_csv: Path, cluster: dict[str, Any], num_prefill_nodes: int) -> dict[str, Any]:
+def binding_link(result: dict[str, Any] | None, num_prefill_nodes: int) -> dict[str, Any] | None:
+    """The chosen run's own link record (`simulate --link-summary`), ranked; None without one."""
+    utilisation = (result or {}).get("link_utilisation")
+    return None if not utilisation else rank_links(utilisation, num_prefill_nodes)
+
+
+def rank_links(utilisation: dict[str, list[float]], num_prefill_nodes: int) -> dict[str, Any]:
     """Per link class (PE/DE side × SNIC, DRAM, CNIC, PCIe; storage): the busiest instance's mean
-    utilisation over the run and the share of time it ran at ≥ 95 % of capacity."""
-    hw = cluster["hardware"]
-    capacity = {k: float(hw[f"{k}_bytes_per_s"]) for k in ("snic", "dram", "cnic", "pcie", "storage")}
-    with links_csv.open() as f:
-        rows = list(csv.DictReader(f))
+    utilisation over the run and the share of time it ran at ≥ 95 % of capacity (`utilisation`: per link
+    name [mean utilisation, share of time at ≥ 95 %], the run's `link_utilisation`)."""
     classes: dict[str, tuple[float, float]] = {}
-    for column in rows[0] if rows else []:
-        if not column.endswith("_bytes_per_s"):
-            continue
-        name = column.removesuffix("_bytes_per_s")
-        label, cap = _classify(name, num_prefill_nodes, capacity)
-        rates = [float(row[column]) for row in rows]
-        mean = sum(rates) / len(rates) / cap
-        busy = sum(r >= 0.95 * cap for r in rates) / len(rates)
+    for name, (mean, busy) in utilisation.items():
+        label = _classify(name, num_prefill_nodes)
         classes[label] = max(classes.get(label, (0.0, 0.0)), (mean, busy))
     ranked = sorted(classes.items(), key=lambda kv: -kv[1][0])
     table = [
@@ -225,34 +264,101 @@ def rank_links(links_csv: Path, cluster: dict[str, Any], num_prefill_nodes: int)
     return {"link": table[0]["link"] if binds else None, "links": table[:6]}
 
 
-def _classify(name: str, num_prefill_nodes: int, capacity: dict[str, float]) -> tuple[str, float]:
+def _classify(name: str, num_prefill_nodes: int) -> str:
     if name.startswith("storage_"):
-        return f"storage {name.removeprefix('storage_')}", capacity["storage"]
+        return f"storage {name.removeprefix('storage_')}"
     node, _, link = name.partition("/")
     side = "PE" if int(node.removeprefix("node")) < num_prefill_nodes else "DE"
     key = link if link in _CLASSES else link.rsplit("_", 1)[-1]
-    label, kind = _CLASSES[key]
-    return f"{side} {label}", capacity[kind]
+    return f"{side} {_CLASSES[key][0]}"
 
 
 # ---------------------------------------------------------------- the whole answer
 
 
-def advise(problem: Problem, modes: Sequence[str], out_dir: Path, *, workers: int, ray_address: str | None,
-           log: Callable[[str], None], links: bool = True) -> dict[str, Any]:  # fmt: skip
-    def run(specs: Sequence[RunSpec]) -> dict[str, RunOutcome]:
-        return run_all(specs, out_dir / "runs", workers=workers, progress=False, ray_address=ray_address)
+class AdviseProgress:
+    """The progress bar of a search: runs done, and per mode the best answer so far (the fewest nodes whose
+    run met the SLO, its split), or the answer once its search ended. Run lines print above the bar."""
 
+    def __init__(self, modes: Sequence[str], slo: Slo, *, enabled: bool, log: Callable[[str], None]) -> None:
+        self.slo, self.enabled, self.log = slo, enabled, log
+        self.best: dict[str, tuple[int, float, str] | None] = {mode: None for mode in modes}
+        self.final: dict[str, str] = {}
+        self.bar = tqdm(desc="advise", unit=" run", file=sys.stderr, disable=not enabled,
+                        bar_format="{desc}: {n} runs, {elapsed}{postfix}")  # fmt: skip
+        self._show()
+
+    def write(self, line: str) -> None:
+        if self.enabled:
+            self.bar.write(line, file=sys.stderr)
+        else:
+            self.log(line)
+
+    def ran(self, outcome: RunOutcome) -> None:
+        spec, headroom = outcome.spec, self.slo.headroom(outcome.result)
+        if headroom is not None and headroom <= 1.0 and spec.mode in self.best:
+            here = (spec.p + spec.d, headroom, f"{spec.p}P{spec.d}D")
+            best = self.best[spec.mode]
+            if best is None or here[:2] < best[:2]:
+                self.best[spec.mode] = here
+        self.bar.update()
+        self._show()
+
+    def answered(self, answer: ModeAnswer) -> None:
+        b = answer.best
+        self.final[answer.mode] = (
+            "none" if b is None else f"{b.spec.p}P{b.spec.d}D ({b.spec.p + b.spec.d} nodes)"
+        )
+        self._show()
+
+    def _show(self) -> None:
+        parts = []
+        for mode, best in self.best.items():
+            if mode in self.final:
+                parts.append(f"{mode}: {self.final[mode]}")
+            else:
+                parts.append(
+                    f"{mode}: " + ("searching" if best is None else f"<= {best[0]} nodes ({best[2]})")
+                )
+        self.status = " | ".join(parts)
+        self.bar.set_postfix_str(self.status, refresh=True)
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def advise(problem: Problem, modes: Sequence[str], out_dir: Path, *, workers: int, ray_address: str | None,
+           log: Callable[[str], None], progress: bool = False) -> dict[str, Any]:  # fmt: skip
+    """Every mode's search side by side (module docstring): each round runs the batches all searches want
+    next together."""
+    bar = AdviseProgress(modes, problem.slo, enabled=progress, log=log)
+    batch = max(1, workers // max(1, len(modes)))
+    steps = {mode: search_steps(problem, mode, start=2, batch=batch, log=bar.write) for mode in modes}
+    pending: dict[str, list[RunSpec]] = {}
     answers: dict[str, ModeAnswer] = {}
-    start = 2
-    for mode in modes:
-        log(f"{mode}:")
-        answers[mode] = search(problem, mode, run, start=start, batch=workers, log=log)
-        if answers[mode].best is not None:
-            start = answers[mode].best.spec.p + answers[mode].best.spec.d  # the next mode starts there
-        if answers[mode].best is not None and links:
-            answers[mode].binding = binding_link(answers[mode].best.spec, out_dir)
-    return report(problem, answers)
+
+    def advance(mode: str, outcomes: Outcomes | None) -> None:
+        try:
+            pending[mode] = next(steps[mode]) if outcomes is None else steps[mode].send(outcomes)
+        except StopIteration as done:
+            pending.pop(mode, None)
+            answers[mode] = best = done.value
+            if best.best is not None:
+                best.binding = binding_link(best.best.result, best.best.spec.p)
+            bar.answered(best)
+
+    try:
+        for mode in modes:
+            advance(mode, None)
+        while pending:
+            wanted = list({spec.key(): spec for specs in pending.values() for spec in specs}.values())
+            outcomes = run_all(wanted, out_dir / "runs", workers=workers, progress=False,
+                               ray_address=ray_address, on_outcome=bar.ran)  # fmt: skip
+            for mode in list(pending):
+                advance(mode, outcomes)
+    finally:
+        bar.close()
+    return report(problem, {mode: answers[mode] for mode in modes})
 
 
 def report(problem: Problem, answers: dict[str, ModeAnswer]) -> dict[str, Any]:
@@ -294,7 +400,8 @@ def report(problem: Problem, answers: dict[str, ModeAnswer]) -> dict[str, Any]:
         "pd_range": [_frac(rng.pd_ratio_min), None if rng.pd_ratio_max is None else _frac(rng.pd_ratio_max)],
         "gpus_per_node": problem.gpus_per_node,
     }  # fmt: skip
-    out["simulations"] = sum(len(a.runs) for a in answers.values())
+    out["simulations"] = sum(1 for a in answers.values() for e in a.runs if e.pruned is None)
+    out["pruned_without_a_run"] = sum(1 for a in answers.values() for e in a.runs if e.pruned is not None)
     return out
 
 
@@ -334,5 +441,7 @@ def render(result: dict[str, Any]) -> str:
         lines.append(
             f"\nDualPath saves {s['nodes']} {nodes} ({s['gpus']} GPUs, {s['fraction']:.0%}) over basic"
         )
-    lines.append(f"{result['simulations']} simulations")
+    lines.append(
+        f"{result['simulations']} simulations, {result['pruned_without_a_run']} splits pruned without one"
+    )
     return "\n".join(lines)

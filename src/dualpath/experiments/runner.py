@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from tqdm import tqdm
@@ -41,16 +41,22 @@ def run_all(
     workers: int | None = None,
     progress: bool = True,
     ray_address: str | None = None,
+    on_outcome: Callable[[RunOutcome], None] | None = None,
 ) -> dict[str, RunOutcome]:
     """Run every spec not already cached; return outcomes keyed by `spec.key()`.
 
     Local worker processes by default; with `ray_address` ("auto" or a cluster address) one Ray task per
     run (executors.py). Each result is written to the cache as it arrives, whichever executor ran it.
+    `on_outcome` is called with each outcome as it comes (cached ones first).
     """
     cache_dir.mkdir(parents=True, exist_ok=True)
     unique = {spec.key(): spec for spec in specs}
     outcomes = {key: _cached(spec, cache_dir) for key, spec in unique.items()}
     todo = [spec for key, spec in unique.items() if outcomes[key] is None]
+    if on_outcome is not None:
+        for cached in outcomes.values():
+            if cached is not None:
+                on_outcome(cached)
     if ray_address is not None and todo:
         connect_ray(import_ray(), ray_address)  # before the bar: it names the cluster's CPUs
         finished = ray_runs(todo, address=ray_address)
@@ -70,6 +76,8 @@ def run_all(
         if outcome.result is not None:
             _store(outcome, cache_dir)
         outcomes[outcome.spec.key()] = outcome
+        if on_outcome is not None:
+            on_outcome(outcome)
         bar.set_postfix_str(outcome.spec.label()[:60])
         bar.update()
     bar.close()

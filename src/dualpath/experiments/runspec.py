@@ -25,6 +25,10 @@ class RunSpec:
     seed: int = 1
     # Online sweeps: stop a run once it is clearly past this TTFT SLO (sim/early_stop.py); None: run it all.
     early_stop_ttft_s: float | None = None
+    # Stop a run once its TTFT p90 is certain to exceed this (sim/early_stop.py, a proof); None: off.
+    early_stop_p90_ttft_s: float | None = None
+    # Record every link for the result's `link_utilisation` (`simulate --link-summary`).
+    link_summary: bool = False
 
     def argv(self) -> list[str]:
         args = [
@@ -58,12 +62,17 @@ class RunSpec:
             args += ["--set", item]
         if self.early_stop_ttft_s is not None:
             args += ["--early-stop-ttft-s", f"{self.early_stop_ttft_s:g}"]
+        if self.early_stop_p90_ttft_s is not None:
+            args += ["--early-stop-p90-ttft-s", f"{self.early_stop_p90_ttft_s:g}"]
+        if self.link_summary:
+            args.append("--link-summary")
         return args
 
     def key(self) -> str:
         fields = asdict(self)
-        if fields["early_stop_ttft_s"] is None:
-            del fields["early_stop_ttft_s"]  # runs without it keep the keys they were cached under
+        for name in ("early_stop_ttft_s", "early_stop_p90_ttft_s", "link_summary"):
+            if fields[name] in (None, False):
+                del fields[name]  # runs without it keep the keys they were cached under
         blob = json.dumps(fields, sort_keys=True).encode()
         return hashlib.blake2b(blob, digest_size=8).hexdigest()
 

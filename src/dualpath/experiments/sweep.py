@@ -21,7 +21,8 @@
 
 Run fields: hardware, model, p, d, layout ("2P4D"), dataset, trace (a shipped trace's name such as
 "mooncake-conversation", or a trajectory file or a Mooncake trace relative to the spec file or the working
-folder; experiments/traces.py), agents, aps, duration_s, mode, read_path, seed, early_stop_ttft_s, set; and "set.<cluster or workload key>" for one override. Online
+folder; experiments/traces.py), agents, aps, duration_s, mode, read_path, seed, early_stop_ttft_s,
+early_stop_p90_ttft_s, set; and "set.<cluster or workload key>" for one override. Online
 runs (aps) need duration_s; their agent count defaults to aps × duration_s. Every run is a `RunSpec`, so
 results share `reproduce`'s per-run cache.
 """
@@ -41,7 +42,7 @@ from dualpath.experiments.runspec import RunSpec
 Value = str | int | float
 
 _INT_FIELDS = ("p", "d", "agents", "seed")
-_FLOAT_FIELDS = ("aps", "duration_s", "early_stop_ttft_s")
+_FLOAT_FIELDS = ("aps", "duration_s", "early_stop_ttft_s", "early_stop_p90_ttft_s")
 _STR_FIELDS = ("hardware", "model", "dataset", "mode", "read_path")
 RUN_FIELDS = (*_STR_FIELDS, *_INT_FIELDS, *_FLOAT_FIELDS, "layout", "trace", "set")
 _TOP_KEYS = ("name", "title", "about", "x", "metrics", "base", "grid", "runs")

@@ -23,7 +23,11 @@ PERCENTILES = {"p50": 50, "p90": 90, "p99": 99}
 def summarize_latencies(values: Iterable[float | None]) -> dict[str, float]:
     """mean / p50 / p90 / p99 of the known values (``None`` dropped); NaN everywhere when none are known.
     Percentiles use numpy's default (linear interpolation)."""
-    array = np.array([v for v in values if v is not None], dtype=float)
+    return summarize_array(np.array([v for v in values if v is not None], dtype=float))
+
+
+def summarize_array(array: np.ndarray) -> dict[str, float]:
+    """`summarize_latencies` of a float array of known values (the same numbers for the same values)."""
     if array.size == 0:
         return {"mean": math.nan, **{name: math.nan for name in PERCENTILES}}
     points = np.percentile(array, list(PERCENTILES.values()))

@@ -8,7 +8,7 @@ The remainder of a chunked request stays at the queue head.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from typing import NamedTuple
+from typing import Final, NamedTuple
 
 # Predicted attention time of ONE layer on one GPU for a list of (cached_tokens, new_tokens).
 # The simulator passes its cost model's `attention_layer_time_s`; the runtime a fitted one.
@@ -16,7 +16,7 @@ AttentionTimeFn = Callable[[Sequence[tuple[int, int]]], float]
 
 # Token budget per forward for modes without the compute quota, like vLLM's
 # `max_num_batched_tokens` / SGLang's `--chunked-prefill-size` (SGLang's default is 8192).
-DEFAULT_MAX_BATCH_NEW_TOKENS = 8192
+DEFAULT_MAX_BATCH_NEW_TOKENS: Final = 8192
 
 
 class PrefillWork(NamedTuple):

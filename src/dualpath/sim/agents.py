@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Final
 
 import numpy as np
 
@@ -24,7 +25,7 @@ Round = tuple[int, int]  # (append_tokens, gen_tokens)
 # Paper Table 2 means: turns, append, gen, total (final length) per dataset.
 TABLE2 = {"32k": (60, 608, 148, 28_639), "48k": (106, 474, 172, 42_607), "64k": (157, 429, 176, 55_958)}
 # First round of the stand-in: the task prompt (system prompt + issue); not given by the paper.
-FIRST_APPEND_TOKENS = 8192
+FIRST_APPEND_TOKENS: Final = 8192
 
 
 def synthetic_trajectories(name: str, count: int, rng: np.random.Generator) -> list[list[Round]]:

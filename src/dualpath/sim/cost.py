@@ -24,7 +24,7 @@ import functools
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from dualpath.architecture import arch
 from dualpath.config.specs import HardwareSpec, ModelSpec
@@ -36,19 +36,19 @@ Request = tuple[
 ]  # (cached_tokens, new_tokens) of one request on one GPU (paper §6.4 "(cached, bsz)")
 
 # H800 SXM HBM3 bandwidth, the GPU the kernel data was measured on (NVIDIA H800 datasheet, PUBLIC-FACTS).
-H800_HBM_BYTES_PER_S = 3.35e12
+H800_HBM_BYTES_PER_S: Final = 3.35e12
 # DeepEP intranode "normal" kernels, EP8 over NVLink: dispatch 153 GB/s, combine 158 GB/s bottleneck
 # bandwidth (deepseek-ai/DeepEP README, H800); their mean stands for prefill all-to-all.
-PREFILL_A2A_BYTES_PER_S = 155e9
+PREFILL_A2A_BYTES_PER_S: Final = 155e9
 # DeepEP low-latency kernels, EP8 (deepseek-ai/DeepEP README, H800): dispatch 98 GB/s, combine 127 GB/s.
-DECODE_DISPATCH_BYTES_PER_S = 98e9
-DECODE_COMBINE_BYTES_PER_S = 127e9
+DECODE_DISPATCH_BYTES_PER_S: Final = 98e9
+DECODE_COMBINE_BYTES_PER_S: Final = 127e9
 # DeepEP sends FP8 tokens (1 B/value) and combines in BF16 (2 B/value) (deepseek-ai/DeepEP README).
-DISPATCH_BYTES_PER_VALUE = 1.0
-COMBINE_BYTES_PER_VALUE = 2.0
+DISPATCH_BYTES_PER_VALUE: Final = 1.0
+COMBINE_BYTES_PER_VALUE: Final = 2.0
 # Decode contexts are bucketed to this many tokens per sequence for caching (one Full Block, §4.1):
 # an error below 64 / context, < 0.4 % at 16K.
-DECODE_CONTEXT_BUCKET_TOKENS = 64
+DECODE_CONTEXT_BUCKET_TOKENS: Final = 64
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -180,13 +180,17 @@ class CostModel:
         self._main_flops_per_pair = arch.attention_flops(model, 0, 1) - _indexer_pair_flops(model)
         self._indexer_flops_per_pair = _indexer_pair_flops(model)
         self._kinds, self._layer_kind = _layer_kinds(model)
+        # Each layer's kind as its index in `_kinds`: a step sums its layers from a list, not a dict by id.
+        self._layer_kind_index = [
+            next(i for i, k in enumerate(self._kinds) if k is kind) for kind in self._layer_kind
+        ]
         self._lm_head_flops_per_token = arch.lm_head_flops_per_token(model)
         self._lm_head_bytes = model.hidden_size * model.vocab_size * model.weight_bytes_per_param
         self._decode_cache = functools.lru_cache(maxsize=1 << 16)(self._decode_step_bucketed)
-        # (batch << 32 | per-sequence context buckets) -> step time, for `decode_step_max_s`: the simulator
-        # asks for every DE of a node at each batch change (≈850 K calls at 512 agents), with few distinct
-        # keys. One int, not a (batch, buckets) tuple: no tuple to build and hash per engine and step.
-        self._decode_steps: dict[int, float] = {}
+        # [batch][per-sequence context buckets] -> step time (-1.0: not computed yet), for
+        # `decode_step_max_s`: the simulator asks for every DE of a node at each batch change (≈850 K calls
+        # at 512 agents), with few distinct keys. Rows of a list, grown on demand: no key to build and hash.
+        self._decode_steps: list[list[float]] = []
         # The last `attention_layer_time_s` call's requests and its running sums after each of them
         # (`_attention_sums`): see that method's NOTE.
         self._attention_prefix: list[tuple[int, int]] = []
@@ -213,17 +217,16 @@ class CostModel:
         c = self.coefficients
         prefix, sums = self._attention_prefix, self._attention_sums
         k, same = 0, min(len(prefix), len(requests))
-        while k < same:
-            cached, new = requests[k]
-            if prefix[k] != (cached, new):
-                break
+        while k < same and prefix[k] == requests[k]:
             k += 1
         if k < len(prefix):
             del prefix[k:]
             del sums[k + 1 :]
         main_pairs, indexer_pairs, weighted_context, new_total = sums[k]
-        for cached, new in requests[k:]:
-            prefix.append((cached, new))
+        for i in range(k, len(requests)):
+            item = requests[i]
+            cached, new = item
+            prefix.append(item)  # the caller's (immutable) pair, kept as is
             if new > 0:
                 main_pairs += arch.causal_key_count(cached, new, self._top_k)
                 if self._indexer_flops_per_pair:
@@ -264,11 +267,13 @@ class CostModel:
         Bit-identical to the three separate calls (same operations in the same order)."""
         attention = [self.attention_layer_time_s(batch) for batch in per_gpu_batches]
         tokens = [sum(new for _, new in batch) for batch in per_gpu_batches]
-        by_kind = {id(k): self._prefill_layer(k, attention, tokens) for k in self._kinds}
-        layers = sum(tuple(by_kind[id(k)] for k in self._layer_kind))
+        per_kind = [self._prefill_layer(k, attention, tokens) for k in self._kinds]
+        layers = 0.0  # layer by layer, in order: the same sum as `prefill_forward_time_s`
+        for kind in self._layer_kind_index:
+            layers += per_kind[kind]
         return (
             layers + self._lm_head_s(per_gpu_batches),
-            by_kind[id(self._layer_kind[layer_index])],
+            per_kind[self._layer_kind_index[layer_index]],
             attention,
         )
 
@@ -278,9 +283,14 @@ class CostModel:
 
     def _lm_head_s(self, per_gpu_batches: Sequence[Sequence[Request]]) -> float:
         c = self.coefficients
-        requests = (
-            max(sum(1 for _, new in batch if new > 0) for batch in per_gpu_batches) if per_gpu_batches else 0
-        )
+        requests = 0  # the most requests with new tokens on one GPU (loops: no interpreted max/sum call)
+        for batch in per_gpu_batches:
+            count = 0
+            for _, new in batch:
+                if new > 0:
+                    count += 1
+            if count > requests:
+                requests = count
         if not requests:
             return 0.0
         lm_flops = requests * self._lm_head_flops_per_token
@@ -291,17 +301,24 @@ class CostModel:
 
     def _prefill_layer(self, kind: _LayerKind, attention: Sequence[float], tokens: Sequence[int]) -> float:
         c = self.coefficients
+        if len(attention) != len(tokens):
+            raise ValueError("one attention time and one token count per GPU")
         slowest = 0.0
-        for attention_s, n in zip(attention, tokens, strict=True):
-            slowest = max(slowest, attention_s + self._dense_linear_s(kind, n))
+        group_tokens = 0
+        most_tokens = 0
+        for i in range(len(tokens)):  # index loops, not zip/sum/max: no interpreted builtin calls per step
+            n = tokens[i]
+            slowest = max(slowest, attention[i] + self._dense_linear_s(kind, n))
+            group_tokens += n
+            if i == 0 or n > most_tokens:
+                most_tokens = n
         if not kind.moe:
             return slowest + c.layer_overhead_s
-        group_tokens = sum(tokens)
         ep = max(1, len(tokens)) if c.ep_size > 1 else 1
         experts_s = self._experts_s(kind, group_tokens, ep)
         comm_s = 0.0
         if ep > 1:
-            values = max(tokens) * self.model.ffn.num_active_experts * self.model.hidden_size
+            values = most_tokens * self.model.ffn.num_active_experts * self.model.hidden_size
             comm_s = values * (DISPATCH_BYTES_PER_VALUE + COMBINE_BYTES_PER_VALUE) / c.prefill_a2a_bytes_per_s
         return slowest + max(experts_s, comm_s) + c.layer_overhead_s
 
@@ -342,18 +359,22 @@ class CostModel:
 
     def decode_step_max_s(self, shape: Sequence[tuple[int, int]]) -> float:
         """max(decode_step_time_s(b, ctx) for b, ctx in shape): a lock-stepped node's step (non-empty)."""
-        cache = self._decode_steps
+        rows = self._decode_steps
         bucket = DECODE_CONTEXT_BUCKET_TOKENS
         best = -1.0
         for batch_size, total_context_tokens in shape:
             if batch_size <= 0:
                 t = 0.0
             else:
-                buckets = max(1, round(total_context_tokens / batch_size / bucket))
-                key = batch_size << 32 | buckets
-                t = cache.get(key, -1.0)
+                buckets = max(1, round_half_even(total_context_tokens / batch_size / bucket))
+                if batch_size >= len(rows):
+                    rows.extend([] for _ in range(batch_size + 1 - len(rows)))
+                row = rows[batch_size]
+                if buckets >= len(row):
+                    row.extend([-1.0] * (buckets + 1 - len(row)))
+                t = row[buckets]
                 if t < 0.0:
-                    t = cache[key] = self._decode_cache(batch_size, buckets)
+                    t = row[buckets] = self._decode_cache(batch_size, buckets)
             if t > best:
                 best = t
         if best < 0.0:
@@ -400,6 +421,16 @@ class CostModel:
             )
         flops = batch_size * arch.decode_attention_flops(m, context)
         return flops / (c.bf16_flops_per_s * _surface_at(c.decode_attention, batch_size, context))
+
+
+def round_half_even(x: float) -> int:
+    """`round(x)` for 0 <= x < 2**52 (ties to even), in compiled code: the native build calls the `round`
+    builtin through the interpreter. x - int(x) is exact there, so the ties are the builtin's."""
+    whole = int(x)
+    rest = x - whole
+    if rest > 0.5 or (rest == 0.5 and whole % 2 == 1):
+        return whole + 1
+    return whole
 
 
 def _surface_at(surface: dict[int, Curve], batch_size: int, kv_len: float) -> float:

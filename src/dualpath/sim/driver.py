@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Final, Protocol
 
 import numpy as np
 
@@ -25,10 +25,11 @@ from dualpath.engine.core import ClusterCore, CoreConfig
 from dualpath.engine.modes import get_mode
 from dualpath.policy.decisions import Assignment, DecisionLog
 from dualpath.policy.inputs import PolicyInputs
+from dualpath.records import fields_repr
 from dualpath.request import Request, hit_tokens_for
 from dualpath.sim.agents import Agent, Round
 from dualpath.sim.cost import CostModel, gpu_cost_model
-from dualpath.sim.early_stop import EarlyStop, EarlyStopWatch
+from dualpath.sim.early_stop import EarlyStop, EarlyStopWatch, TtftP90Watch
 from dualpath.sim.gc_tuning import held_back_gc
 from dualpath.sim.host import HostSpec, RuntimeHost
 from dualpath.sim.kernel import EventHandle, Simulator
@@ -37,11 +38,11 @@ from dualpath.sim.prefill_timing import layerwise_end_s, whole_kv_end_s
 from dualpath.sim.rates import core_rates, hbm_kv_tokens
 from dualpath.sim.topology import Topology
 
-LOW = TrafficClass.LOW
-SAMPLE_INTERVAL_S = 1.0  # queue-length samples for `-o DIR` plots
+LOW: Final = TrafficClass.LOW
+SAMPLE_INTERVAL_S: Final = 1.0  # queue-length samples for `-o DIR` plots
 # Fig. 13 compares SNIC read traffic "within a small window" (§7.5): bytes read per SNIC are sampled at the
 # first read event at or after each multiple of this (no events of their own; module `_snic_sample`).
-SNIC_WINDOW_S = 10.0
+SNIC_WINDOW_S: Final = 10.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -52,6 +53,9 @@ class SimConfig:
     aps: float | None = None  # None: offline, every agent starts at t = 0
     duration_s: float | None = None  # online: stop here
     record_links: bool = False
+    # Record every link's rate (as `record_links` does, without its queue samples) for the summary's
+    # `link_utilisation`: what `advise` ranks to name a run's binding link, from the run itself.
+    link_summary: bool = False
     # The twin (dualpath.twin) predicts the CPU runtime: a calibrated cost model, and the core's α, β and
     # §6.4 predictor from the runtime's profile (`policy.inputs`). None: from the specs' (`sim/rates.py`).
     cost_model: CostModel | None = None
@@ -64,6 +68,9 @@ class SimConfig:
     agent_starts_s: tuple[float, ...] | None = None
     # Online runs: stop once clearly past the TTFT SLO (sim/early_stop.py); None runs to the end.
     early_stop: EarlyStop | None = None
+    # Stop once the run's TTFT p90 is certain to exceed this (sim/early_stop.py `TtftP90Watch`: a proof,
+    # online or offline); None runs to the end. Off with `failures` (continuations add first tokens).
+    stop_p90_ttft_s: float | None = None
     # Decode steps per run (`CoreConfig.max_decode_run_steps`): the twin gives the runtime's; None: a run
     # goes to the next batch change.
     max_decode_run_steps: int | None = None
@@ -82,40 +89,86 @@ class StepCosts(Protocol):
     def decode_step_max_s(self, shape: Sequence[tuple[int, int]]) -> float: ...
 
 
-@dataclass(slots=True)
+_REQUEST_TIMES_FIELDS = (
+    "agent",
+    "round_index",
+    "prompt_tokens",
+    "hit_tokens",
+    "gen_tokens",
+    "pe_read_tokens",
+    "de_read_tokens",
+    "arrival_s",
+    "scheduled_s",
+    "read_start_s",
+    "read_end_s",
+    "prefill_start_s",
+    "pe_engine",
+    "de_engine",
+    "first_token_s",
+    "second_token_s",
+    "last_token_s",
+    "done_s",
+)  # slots and repr
+
+
 class RequestTimes:
-    """One request's milestones. Slotted: a run keeps one per request to its end (≈8 M at 48P96D)."""
+    """One request's milestones (NaN: not reached), kept to the end of a run (≈8 M at 48P96D).
 
-    agent: int
-    round_index: int
-    prompt_tokens: int
-    hit_tokens: int
-    gen_tokens: int
-    pe_read_tokens: int = 0
-    de_read_tokens: int = 0
-    arrival_s: float = math.nan
-    scheduled_s: float = math.nan  # assigned to a (PE, DE) pair
-    read_start_s: float = math.nan  # its first storage read started
-    read_end_s: float = math.nan  # its last storage read finished
-    prefill_start_s: float = math.nan  # its first forward started
-    pe_engine: int = -1
-    de_engine: int = -1
-    first_token_s: float = math.nan
-    second_token_s: float = math.nan
-    last_token_s: float = math.nan
-    done_s: float = math.nan
+    A plain slotted class for the native build's sake: a dataclass's generated `__init__` stays
+    interpreted code (docs/simulator-native.md), and one is built per request.
+    """
+
+    __slots__ = _REQUEST_TIMES_FIELDS
+
+    def __init__(
+        self,
+        agent: int,
+        round_index: int,
+        prompt_tokens: int,
+        hit_tokens: int,
+        gen_tokens: int,
+        *,
+        arrival_s: float,
+    ) -> None:
+        self.agent = agent
+        self.round_index = round_index
+        self.prompt_tokens = prompt_tokens
+        self.hit_tokens = hit_tokens
+        self.gen_tokens = gen_tokens
+        self.pe_read_tokens = 0
+        self.de_read_tokens = 0
+        self.arrival_s = arrival_s
+        self.scheduled_s = math.nan  # assigned to a (PE, DE) pair
+        self.read_start_s = math.nan  # its first storage read started
+        self.read_end_s = math.nan  # its last storage read finished
+        self.prefill_start_s = math.nan  # its first forward started
+        self.pe_engine = -1
+        self.de_engine = -1
+        self.first_token_s = math.nan
+        self.second_token_s = math.nan
+        self.last_token_s = math.nan
+        self.done_s = math.nan
+
+    def __repr__(self) -> str:
+        return fields_repr(self, _REQUEST_TIMES_FIELDS)
 
 
-@dataclass(slots=True)
 class _Step:
-    c: cmd.StartPrefillStep
-    start_s: float
-    compute_s: float
-    last_layer_s: float
-    loads: int = 0
-    outs: int = 0
-    compute_done: bool = False
-    dead: bool = False  # its node failed: its flows and timers end in nothing
+    """A PE node's prefill step in flight: its command, timing and outstanding flows."""
+
+    __slots__ = ("c", "start_s", "compute_s", "last_layer_s", "loads", "outs", "compute_done", "dead")
+
+    def __init__(
+        self, c: cmd.StartPrefillStep, start_s: float, compute_s: float, last_layer_s: float
+    ) -> None:
+        self.c = c
+        self.start_s = start_s
+        self.compute_s = compute_s
+        self.last_layer_s = last_layer_s
+        self.loads = 0
+        self.outs = 0
+        self.compute_done = False
+        self.dead = False  # its node failed: its flows and timers end in nothing
 
 
 @dataclass(slots=True)
@@ -200,8 +253,8 @@ class Simulation:
         self.net = LinkNetwork(self.sim, high_priority_share=c.hardware.high_priority_share)
         nodes = c.num_prefill_nodes + c.num_decode_nodes
         # Links that provably never bind leave the paths (same rates, less work) unless links are recorded.
-        self.topo = Topology(self.net, c.hardware, nodes, record=config.record_links,
-                             drop_unbinding=not config.record_links)  # fmt: skip
+        record = config.record_links or config.link_summary
+        self.topo = Topology(self.net, c.hardware, nodes, record=record, drop_unbinding=not record)
         g = c.hardware.gpus_per_node
         cost = config.cost_model or gpu_cost_model(c.model, c.hardware, decode_ep_size=c.num_decode_nodes * g)
         self.cost: StepCosts = config.step_costs or cost
@@ -253,6 +306,7 @@ class Simulation:
         self._snic_next_s = 0.0  # the next window boundary; the first read event samples t = 0
         self._assigned = 0  # log entries already looked at for assignment times
         self._watch = None if config.early_stop is None else EarlyStopWatch(config.early_stop)
+        self._p90_watch: TtftP90Watch | None = None
         self.stop_reason: str | None = None
         self._handlers: dict[type, Callable] = {  # type: ignore[type-arg]
             cmd.StartRead: self._read,
@@ -267,6 +321,11 @@ class Simulation:
         # Engines on one CPU host (the twin): forwards, decode runs, arrivals and writes run there.
         self.host = None if config.host is None else RuntimeHost(self, config.host)
         self._arrivals(np.random.default_rng(seed))
+        if config.stop_p90_ttft_s is not None and not config.failures:
+            # One first token per round at most, of the agents that arrive before the run's end.
+            end = math.inf if config.duration_s is None else config.duration_s
+            rounds = sum(len(a.rounds) for a in self.agents if a.start_s < end)
+            self._p90_watch = TtftP90Watch(config.stop_p90_ttft_s, max(1, rounds))
         for node, at_s, down_s in config.failures:
             self.sim.schedule_at(at_s, self._fail, node, down_s)
 
@@ -403,6 +462,10 @@ class Simulation:
                 t.first_token_s += self.host.trip_s
             if self._watch is not None and self.stop_reason is None:
                 self.stop_reason = self._watch.first_token(t.first_token_s - t.arrival_s, t.first_token_s)
+                if self.stop_reason is not None:
+                    self.sim.stop()
+            if self._p90_watch is not None and self.stop_reason is None:
+                self.stop_reason = self._p90_watch.first_token(t.first_token_s - t.arrival_s, t.first_token_s)
                 if self.stop_reason is not None:
                     self.sim.stop()
         elif c.token_index == 2:
@@ -571,12 +634,19 @@ class Simulation:
 
     def _attention_balance(self, attention: list[float]) -> None:
         """Paper Fig. 14: max over the node's GPUs of attention time / the mean, for this step."""
-        mean = sum(attention) / len(attention)
+        total, most, least = 0.0, attention[0], attention[0]
+        for a in attention:  # one loop, not sum/max/min: no interpreted builtin calls per step
+            total += a
+            if a > most:
+                most = a
+            if a < least:
+                least = a
+        mean = total / len(attention)
         if mean > 0:
-            ratio = max(attention) / mean
+            ratio = most / mean
             self._attention_ratios.append(ratio)
             self._attention_times_s.append(self.sim.now_s)
-            if min(attention) > 0.0:
+            if least > 0.0:
                 self._attention_ratios_busy.append(ratio)
                 self._attention_busy_times_s.append(self.sim.now_s)
 
@@ -721,10 +791,20 @@ def _check_requests_fit(
 ) -> None:
     """Refuse a run in which some round could never be placed (paper §6.2: a DE admits a request only when
     its HBM holds prompt + output), instead of letting the simulation stall with agents that never finish."""
+    why = requests_fit_error(trajectories, de_hbm_kv_tokens, c)
+    if why is not None:
+        raise ValueError(why)
+
+
+def requests_fit_error(
+    trajectories: Sequence[Sequence[Round]], de_hbm_kv_tokens: int, c: ClusterSpec
+) -> str | None:
+    """Why no DE could ever admit some trajectory's last rounds (None: every round fits one DE's HBM)."""
     longest = max((sum(append + gen for append, gen in t) for t in trajectories), default=0)
-    if longest > de_hbm_kv_tokens:
-        raise ValueError(
-            f"a trajectory reaches {longest:,} tokens but one decode engine of {c.model.name} on "
-            f"{c.hardware.name} holds at most {de_hbm_kv_tokens:,} KV tokens (HBM less weights): no DE could "
-            "ever admit its last rounds; use a smaller dataset, more decode GPUs per model replica or more HBM"
-        )
+    if longest <= de_hbm_kv_tokens:
+        return None
+    return (
+        f"a trajectory reaches {longest:,} tokens but one decode engine of {c.model.name} on "
+        f"{c.hardware.name} holds at most {de_hbm_kv_tokens:,} KV tokens (HBM less weights): no DE could "
+        "ever admit its last rounds; use a smaller dataset, more decode GPUs per model replica or more HBM"
+    )

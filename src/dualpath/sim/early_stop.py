@@ -16,10 +16,21 @@ above `factor ×` the SLO and queueing delay only grows while the queue does. Th
 a proof: a load that stops arriving (an online run's agents all done) could drain the queue. The
 reproduce sweeps run agents arriving for the whole duration, and tests/sim/test_early_stop.py checks
 that a run within the SLO never stops. A run that misses only the TPOT SLO is never stopped.
+
+NOTE: a verdict that cannot change (`SimConfig.stop_p90_ttft_s`, `TtftP90Watch`). The summary's TTFT p90
+is numpy's linear percentile over the N first tokens of the run: with them sorted x_0 <= ... <= x_{N-1}
+and j = floor(0.9 (N - 1)), p90 = x_j + f (x_{j+1} - x_j) >= x_j, so p90 > T as soon as at least N - j of
+them exceed T. N - floor(0.9 (N - 1)) never falls as N grows, every round yields at most one first token,
+and a TTFT once measured never changes; so with M = the rounds that can arrive before the run's end, once
+M - floor(0.9 (M - 1)) first tokens are over T, the full run's p90 is over T whatever comes later: it
+misses a TTFT p90 <= T target for certain, and the run stops there. (The watch asks for one first token
+more, in case numpy's float index lands just under an integer.) Unlike the rule above this is a proof,
+not an argument. The opposite verdict (within the target) can change until the last first token.
 """
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass
 
@@ -65,4 +76,31 @@ class EarlyStopWatch:
         return (
             f"at {now_s:.0f} s: mean TTFT of the last {len(window)} first tokens {recent_s:.1f} s > "
             f"{rule.factor:g} x the {rule.ttft_slo_s:g} s SLO, mean of all {self._count} so far {overall_s:.1f} s"
+        )
+
+
+class TtftP90Watch:
+    """Feeds on each first token's TTFT; says why to stop once the run's TTFT p90 is certain to exceed
+    `target_s` (module NOTE), given that at most `max_first_tokens` first tokens can come (None until then)."""
+
+    __slots__ = ("target_s", "max_first_tokens", "needed", "over")
+
+    def __init__(self, target_s: float, max_first_tokens: int) -> None:
+        if target_s <= 0 or max_first_tokens < 1:
+            raise ValueError("the TTFT p90 watch needs target_s > 0 and max_first_tokens >= 1")
+        self.target_s = target_s
+        self.max_first_tokens = max_first_tokens
+        # First tokens over the target that settle it (module NOTE), one more for the float index.
+        self.needed = max_first_tokens - math.floor(0.9 * (max_first_tokens - 1)) + 1
+        self.over = 0
+
+    def first_token(self, ttft_s: float, now_s: float) -> str | None:
+        if ttft_s <= self.target_s:
+            return None
+        self.over += 1
+        if self.over < self.needed:
+            return None
+        return (
+            f"at {now_s:.0f} s: TTFT p90 certainly > {self.target_s:g} s ({self.over} first tokens over it, "
+            f"of at most {self.max_first_tokens} in the run)"
         )

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable
-from typing import Any, final
+from typing import Any, Final, final
 
 
 @final
@@ -68,7 +68,7 @@ EventHandle = Event
 
 # Compact the heap when at least this many of its entries are cancelled and they outnumber the live
 # ones: small heaps (a 2P4D run holds ≈ 50 entries) are cheaper to pop through than to rebuild.
-COMPACT_MIN_DEAD = 128
+COMPACT_MIN_DEAD: Final = 128
 
 
 class Simulator:

@@ -33,24 +33,23 @@ import heapq
 import math
 from collections.abc import Callable, Sequence
 from enum import IntEnum
-from typing import Any
+from typing import Any, Final
 
 from dualpath.sim.kernel import EventHandle, Simulator
 from dualpath.sim.links_fill import (
-    SAT_RTOL,
     FlowGroup,
     bottlenecked_on,
     fill,
     find_violations,
     set_bottleneck,
+    was_saturated,
 )
 
 # Where the rate update used to sit in the kernel's order: after every ordinary event of the instant
 # (kernel priorities are small integers). `Simulator.at_instant_end` now gives that order without an event.
-RATE_UPDATE_PRIORITY = 1 << 30
+RATE_UPDATE_PRIORITY: Final = 1 << 30
 # Two rates closer than this (relative) are the same rate: avoids rescheduling completions for noise.
-_RATE_RTOL = 1e-9
-_SAT_TOL = 1.0 - SAT_RTOL  # a link carrying at least this fraction of its capacity is saturated
+_RATE_RTOL: Final = 1e-9
 
 
 class TrafficClass(IntEnum):
@@ -81,6 +80,7 @@ class Link:
         "vio_load",
         "vio_sat",
         "vio_top",
+        "sat_before",
         "_last_s",
         "_bytes_high",
         "_bytes_low",
@@ -115,6 +115,9 @@ class Link:
         self.vio_load = 0.0
         self.vio_sat = 0
         self.vio_top = -1.0
+        # Scratch of a rate update (`links_fill.was_saturated`): 0 not known yet, 1 it was not saturated
+        # before this instant's changes, 2 it was; back to 0 when the update ends.
+        self.sat_before = 0
         self._last_s = 0.0
         self._bytes_high = 0.0
         self._bytes_low = 0.0
@@ -256,8 +259,10 @@ class LinkNetwork:
         "_was_mixed",
         "_seq",
         "_dirty_groups",
-        "_saturated_before",
+        "_before_touched",
         "_update_pending",
+        "_group_due_callback",
+        "_update_callback",
     )
 
     def __init__(
@@ -279,10 +284,13 @@ class LinkNetwork:
         self._num_low = 0
         self._was_mixed = False
         self._seq = 0
-        self._dirty_groups: dict[FlowGroup, None] = {}
-        # Links of dirty groups: saturated before the change? (others: their load now, see the class)
-        self._saturated_before = _SaturatedBefore()
+        self._dirty_groups: list[FlowGroup] = []  # changed this instant (`FlowGroup.dirty`), in order
+        # Links whose `sat_before` is set (saturated before this instant's changes? `was_saturated`).
+        self._before_touched: list[Link] = []
         self._update_pending = False
+        # The bound methods handed to the kernel, made once (not one method object per event).
+        self._group_due_callback: Callable[[FlowGroup], None] = self._group_due
+        self._update_callback: Callable[[], None] = self._update_rates
 
     def add_link(
         self, name: str, capacity_bytes_per_s: float, *, latency_s: float = 0.0, record: bool = False
@@ -425,16 +433,16 @@ class LinkNetwork:
                 group.handle = None
 
     def _mark_dirty(self, group: FlowGroup) -> None:
-        if group in self._dirty_groups:
+        if group.dirty:
             return  # already dirty this instant: its links' states before are recorded, the update asked for
-        self._dirty_groups[group] = None
-        before = self._saturated_before
+        group.dirty = True
+        self._dirty_groups.append(group)
+        touched = self._before_touched
         for link in group.path:
-            if link not in before:
-                before[link] = link.rate_high + link.rate_low >= link.capacity_bytes_per_s * _SAT_TOL
+            was_saturated(link, touched)  # recorded now, before the change
         if not self._update_pending:
             self._update_pending = True
-            self.sim.at_instant_end(self._update_rates)
+            self.sim.at_instant_end(self._update_callback)
 
     def _group_due(self, group: FlowGroup) -> None:
         """The group's smallest finish tag is reached: finish that flow and any with the same tag."""
@@ -475,17 +483,21 @@ class LinkNetwork:
 
     def _update_rates(self) -> None:
         self._update_pending = False
-        dirty, self._dirty_groups = self._dirty_groups, {}
-        before, self._saturated_before = self._saturated_before, _SaturatedBefore()
+        dirty, self._dirty_groups = self._dirty_groups, []
+        for g in dirty:
+            g.dirty = False
         mixed = self._num_high > 0 and self._num_low > 0
         # Two classes (or the first update after them): exact three-pass WRR on the whole component.
-        rates = self._two_class(dirty) if mixed or self._was_mixed else self._incremental(dirty, before)
+        rates = self._two_class(dirty) if mixed or self._was_mixed else self._incremental(dirty)
         self._was_mixed = mixed
         if rates:
             self.recomputes += 1
+        for link in self._before_touched:
+            link.sat_before = 0
+        self._before_touched.clear()
         self._apply(rates, dirty)
 
-    def _incremental(self, dirty: dict[FlowGroup, None], before: dict[Link, bool]) -> dict[FlowGroup, float]:
+    def _incremental(self, dirty: list[FlowGroup]) -> dict[FlowGroup, float]:
         """NOTE: single-class max-min, re-filling only the groups a change can reach.
 
             refilled = dirty groups + the groups bottlenecked on their links (saturated, fastest there)
@@ -496,22 +508,23 @@ class LinkNetwork:
         the same as re-filling the whole component; typically only a few groups are touched.
         """
         refilled: dict[FlowGroup, None] = {}
+        touched = self._before_touched
         for g in dirty:
             if g.num_flows:
                 refilled[g] = None
             for link in g.path:
-                if before[link]:
+                if was_saturated(link, touched):
                     bottlenecked_on(link, refilled)
         if not refilled:
             return {}
         while True:
             rates = fill(refilled, None)  # within what the other groups leave
-            grow = find_violations(refilled, rates, before)
+            grow = find_violations(refilled, rates, touched)
             if not grow:
                 return rates
             refilled.update(grow)
 
-    def _two_class(self, dirty: dict[FlowGroup, None]) -> dict[FlowGroup, float]:
+    def _two_class(self, dirty: list[FlowGroup]) -> dict[FlowGroup, float]:
         """Paper §5.1 WRR over the dirty groups' connected component (module docstring: three passes)."""
         groups = _component(dirty)
         if not groups:
@@ -545,7 +558,7 @@ class LinkNetwork:
         rates.update(low_rates)
         return rates
 
-    def _apply(self, rates: dict[FlowGroup, float], dirty: dict[FlowGroup, None]) -> None:
+    def _apply(self, rates: dict[FlowGroup, float], dirty: list[FlowGroup]) -> None:
         """Set the new rates (links settle their bytes first) and move the groups' completion events."""
         now_s = self.sim.now_s
         changed: dict[FlowGroup, None] = {}
@@ -608,20 +621,10 @@ class LinkNetwork:
         g.last_s = now_s
         delay_s = (tag - vtime) / rate
         g.handle_tag = tag
-        g.handle = self.sim.schedule(delay_s if delay_s > 0.0 else 0.0, self._group_due, g)
+        g.handle = self.sim.schedule(delay_s if delay_s > 0.0 else 0.0, self._group_due_callback, g)
 
 
-class _SaturatedBefore(dict):  # type: ignore[type-arg]
-    """Link -> saturated before this instant's changes: recorded for dirty links, else the current load
-    (a link no dirty group crosses has not changed yet)."""
-
-    def __missing__(self, link: Link) -> bool:
-        value = link.rate_high + link.rate_low >= link.capacity_bytes_per_s * _SAT_TOL
-        self[link] = value
-        return value
-
-
-def _component(seeds: dict[FlowGroup, None]) -> dict[FlowGroup, None]:
+def _component(seeds: list[FlowGroup]) -> dict[FlowGroup, None]:
     """Live groups connected to the seed groups' links through shared links."""
     seen_links: dict[Link, None] = {}
     frontier = [link for g in seeds for link in g.path]

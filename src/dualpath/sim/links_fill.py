@@ -16,7 +16,7 @@ holds everywhere (see `LinkNetwork._incremental`).
 from __future__ import annotations
 
 import heapq
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
     from dualpath.sim.kernel import EventHandle
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 # A link carrying at least (1 - this) of its capacity is saturated; a rate within this (relative) of the
 # largest on a link is the largest. Looser than the network's 1e-9 rescheduling tolerance, so rates kept
 # unchanged by that tolerance never look like violations.
-SAT_RTOL = 1e-8
+SAT_RTOL: Final = 1e-8
 
 
 class FlowGroup:
@@ -43,6 +43,7 @@ class FlowGroup:
         "handle_tag",
         "bottleneck",
         "fill_frozen",
+        "dirty",
     )
 
     def __init__(self, path: tuple[Link, ...], high: bool, now_s: float) -> None:
@@ -57,6 +58,7 @@ class FlowGroup:
         self.handle_tag = -1.0  # finish tag the handle was scheduled for, at the current rate
         self.bottleneck: Link | None = None  # a link where it is saturated and fastest (single class)
         self.fill_frozen = False  # scratch of `fill`: frozen in the fill running now (False between fills)
+        self.dirty = False  # changed in this instant: its rate update is pending (`LinkNetwork._mark_dirty`)
 
     def settle(self, now_s: float) -> None:
         self.vtime_bytes += self.rate * (now_s - self.last_s)
@@ -207,7 +209,7 @@ def _fill_with_heap(order: list[Link], frozen_at: dict[FlowGroup, Link] | None) 
 # is faster. Measured with the native build (random sets of 2-3-link groups, 2026-11-30): scan / heap
 # 28 / 51 µs at 32 links, 339 / 376 µs at 100, 986 / 865 µs at 200. 2P4D re-fills cross 5-100 links;
 # clusters of tens of nodes cross hundreds.
-_HEAP_FILL_LINKS = 150
+_HEAP_FILL_LINKS: Final = 150
 
 
 def set_bottleneck(g: FlowGroup, link: Link | None) -> None:
@@ -257,8 +259,21 @@ def bottlenecked_on(link: Link, into: dict[FlowGroup, None] | None = None) -> di
     return into
 
 
+def was_saturated(link: Link, touched: list[Link]) -> bool:
+    """Whether `link` was saturated before this instant's changes: recorded when a group crossing it first
+    changed (`LinkNetwork._mark_dirty`), else its load now (a link no changed group crosses has not
+    changed yet), remembered in `link.sat_before` until the rate update ends (`touched` lists the links
+    to reset)."""
+    state = link.sat_before
+    if state == _UNKNOWN:
+        saturated = link.rate_high + link.rate_low >= link.capacity_bytes_per_s * (1.0 - SAT_RTOL)
+        state = link.sat_before = _SAT if saturated else _UNSAT
+        touched.append(link)
+    return state == _SAT
+
+
 def find_violations(
-    refilled: dict[FlowGroup, None], rates: dict[FlowGroup, float], saturated_before: dict[Link, bool]
+    refilled: dict[FlowGroup, None], rates: dict[FlowGroup, float], before_touched: list[Link]
 ) -> dict[FlowGroup, None]:
     """Groups to add to `refilled` so that re-filling can restore the bottleneck condition (empty: none).
 
@@ -266,6 +281,7 @@ def find_violations(
     link the re-filled ones cross that was or is saturated (an unsaturated link is nobody's bottleneck,
     and links the re-filled groups do not cross keep their load and rates). A group remembers the link
     that last satisfied its condition (`bottleneck`); while that link is untouched, it still does.
+    Saturation before the change is `was_saturated` (`before_touched`: its list of links to reset).
 
     NOTE: per-link state (new load, saturated, largest rate) lives in the links' `vio_*` scratch
     fields, as `fill`'s does, and is reset before returning.
@@ -285,7 +301,7 @@ def find_violations(
     for link in new_links:
         sat = link.vio_load >= link.capacity_bytes_per_s * tol
         link.vio_sat = _SAT if sat else _UNSAT
-        if sat or saturated_before[link]:
+        if sat or was_saturated(link, before_touched):
             candidates.update(link.bottlenecked)
     others: list[Link] = []  # links outside `new_links` whose scratch fields were set
     grow: dict[FlowGroup, None] = {}
@@ -341,10 +357,11 @@ def find_violations(
     return grow
 
 
-# `Link.vio_sat`: whether the link is saturated, as `find_violations` has worked it out so far.
-_UNKNOWN = 0
-_UNSAT = 1
-_SAT = 2
+# `Link.vio_sat` (saturated, as `find_violations` has worked it out so far) and `Link.sat_before`
+# (saturated before this instant's changes, `was_saturated`).
+_UNKNOWN: Final = 0
+_UNSAT: Final = 1
+_SAT: Final = 2
 
 
 def _free(link: Link, used: float) -> float:

@@ -8,6 +8,7 @@ follow from the profile in `policy.inputs`, as for every driver.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Final
 
 from dualpath.architecture import arch
 from dualpath.config.specs import ClusterSpec, ModelSpec
@@ -17,7 +18,7 @@ from dualpath.sim.cost import CostModel
 
 # Share of HBM a serving engine keeps outside its KV pool for activations, CUDA graphs and workspace:
 # vLLM's default `gpu_memory_utilization` = 0.9 (vLLM engine arguments).
-HBM_NON_KV_FRACTION = 0.10
+HBM_NON_KV_FRACTION: Final = 0.10
 
 
 def routed_expert_bytes(m: ModelSpec) -> float:

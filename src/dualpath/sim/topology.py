@@ -33,13 +33,14 @@ links then carry no bytes, so the driver keeps them (drop off) whenever link rec
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Final
 
 from dualpath.config.specs import HardwareSpec
 from dualpath.sim.links import Link, LinkNetwork
 
 # Margin of the "never binds" proofs against float residue (links_fill.SAT_RTOL is 1e-8): the links
 # that dominate must be slower by more than this (relative).
-UNBINDING_MARGIN = 1e-6
+UNBINDING_MARGIN: Final = 1e-6
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,7 @@ class Topology:
     ) -> None:
         g = hw.gpus_per_node
         self.g = g
+        self.record = record  # every link keeps its rate record (`Link.utilisation_record`)
         self.links = net.links
         # Per direction, like the NICs (module docstring): reads and persists do not share one link.
         self.storage_read = net.add_link("storage_read", hw.storage_bytes_per_s, record=record)
@@ -89,6 +91,11 @@ class Topology:
 
         self.dropped: frozenset[Link] = frozenset(unbinding_links(self, hw) if drop_unbinding else ())
         self._cut: dict[tuple[Link, ...], tuple[Link, ...]] = {}
+        # Every path once, per kind and engine (or engine pair): a flow's path is a list lookup, not a
+        # tuple to build and hash.
+        engines = num_nodes * g
+        self._engine_paths: list[list[tuple[Link, ...] | None]] = [[None] * engines for _ in range(5)]
+        self._pair_paths: list[list[list[tuple[Link, ...]] | None]] = [[None] * engines for _ in range(2)]
 
     def _path(self, path: tuple[Link, ...]) -> tuple[Link, ...]:
         """`path` less the dropped links (one tuple per distinct path)."""
@@ -102,35 +109,80 @@ class Topology:
     def _at(self, engine: int) -> tuple[NodeLinks, int]:
         return self.nodes[engine // self.g], engine % self.g
 
+    def _one(self, kind: int, index: int, path: tuple[Link, ...]) -> tuple[Link, ...]:
+        cut = self._path(path)
+        self._engine_paths[kind][index] = cut
+        return cut
+
     def read(self, node: int) -> tuple[Link, ...]:
-        n = self.nodes[node]
-        return self._path((self.storage_read, n.snic_rx, n.dram))
+        path = self._engine_paths[_READ][node]
+        if path is None:
+            n = self.nodes[node]
+            path = self._one(_READ, node, (self.storage_read, n.snic_rx, n.dram))
+        return path
 
     def load_local(self, pe: int) -> tuple[Link, ...]:
-        n, i = self._at(pe)
-        return self._path((n.dram, n.cnic_read[i], n.cnic_write[i], n.gpu_down[i]))
+        path = self._engine_paths[_LOAD_LOCAL][pe]
+        if path is None:
+            n, i = self._at(pe)
+            path = self._one(_LOAD_LOCAL, pe, (n.dram, n.cnic_read[i], n.cnic_write[i], n.gpu_down[i]))
+        return path
 
     def load_remote(self, de: int, pe: int) -> tuple[Link, ...]:
-        d, _ = self._at(de)
-        p, i = self._at(pe)
-        return self._path((d.dram, d.cnic_read[i], p.cnic_write[i], p.gpu_down[i]))
+        return self._pair(_LOAD_REMOTE, de, pe)
 
     def kv_out(self, pe: int, de: int) -> tuple[Link, ...]:
-        p, i = self._at(pe)
-        d, _ = self._at(de)
-        return self._path((p.gpu_up[i], p.cnic_read[i], d.cnic_write[i], d.dram))
+        return self._pair(_KV_OUT, pe, de)
+
+    def _pair(self, kind: int, a: int, b: int) -> tuple[Link, ...]:
+        row = self._pair_paths[kind][a]
+        if row is None:
+            row = self._pair_paths[kind][a] = []
+        if b < len(row) and row[b]:
+            return row[b]
+        if kind == _LOAD_REMOTE:  # a = DE engine, b = PE engine
+            d, _ = self._at(a)
+            p, i = self._at(b)
+            path = self._path((d.dram, d.cnic_read[i], p.cnic_write[i], p.gpu_down[i]))
+        else:  # _KV_OUT: a = PE engine, b = DE engine
+            p, i = self._at(a)
+            d, _ = self._at(b)
+            path = self._path((p.gpu_up[i], p.cnic_read[i], d.cnic_write[i], d.dram))
+        while len(row) <= b:
+            row.append(())
+        row[b] = path
+        return path
 
     def h2d(self, de: int) -> tuple[Link, ...]:
-        d, j = self._at(de)
-        return self._path((d.dram, d.cnic_read[j], d.cnic_write[j], d.gpu_down[j]))
+        path = self._engine_paths[_H2D][de]
+        if path is None:
+            d, j = self._at(de)
+            path = self._one(_H2D, de, (d.dram, d.cnic_read[j], d.cnic_write[j], d.gpu_down[j]))
+        return path
 
     def d2h(self, de: int) -> tuple[Link, ...]:
-        d, j = self._at(de)
-        return self._path((d.gpu_up[j], d.cnic_read[j], d.cnic_write[j], d.dram))
+        path = self._engine_paths[_D2H][de]
+        if path is None:
+            d, j = self._at(de)
+            path = self._one(_D2H, de, (d.gpu_up[j], d.cnic_read[j], d.cnic_write[j], d.dram))
+        return path
 
     def persist(self, de: int) -> tuple[Link, ...]:
-        d, _ = self._at(de)
-        return self._path((d.dram, d.snic_tx, self.storage_write))
+        path = self._engine_paths[_PERSIST][de]
+        if path is None:
+            d, _ = self._at(de)
+            path = self._one(_PERSIST, de, (d.dram, d.snic_tx, self.storage_write))
+        return path
+
+
+# `Topology._engine_paths` rows (one path per node or engine) and `_pair_paths` rows (per engine pair).
+_READ: Final = 0
+_LOAD_LOCAL: Final = 1
+_H2D: Final = 2
+_D2H: Final = 3
+_PERSIST: Final = 4
+_LOAD_REMOTE: Final = 0
+_KV_OUT: Final = 1
 
 
 def unbinding_links(topo: Topology, hw: HardwareSpec) -> list[Link]:
