@@ -305,8 +305,10 @@ class Simulation:
         self._snic_samples: list[tuple[float, tuple[float, ...]]] = []
         self._snic_next_s = 0.0  # the next window boundary; the first read event samples t = 0
         self._assigned = 0  # log entries already looked at for assignment times
-        self._watch = None if config.early_stop is None else EarlyStopWatch(config.early_stop)
-        self._p90_watch: TtftP90Watch | None = None
+        # Early stops fed with each first token, in this order, until one gives a reason to stop.
+        self._watches: list[EarlyStopWatch | TtftP90Watch] = []
+        if config.early_stop is not None:
+            self._watches.append(EarlyStopWatch(config.early_stop))
         self.stop_reason: str | None = None
         self._handlers: dict[type, Callable] = {  # type: ignore[type-arg]
             cmd.StartRead: self._read,
@@ -325,7 +327,7 @@ class Simulation:
             # One first token per round at most, of the agents that arrive before the run's end.
             end = math.inf if config.duration_s is None else config.duration_s
             rounds = sum(len(a.rounds) for a in self.agents if a.start_s < end)
-            self._p90_watch = TtftP90Watch(config.stop_p90_ttft_s, max(1, rounds))
+            self._watches.append(TtftP90Watch(config.stop_p90_ttft_s, max(1, rounds)))
         for node, at_s, down_s in config.failures:
             self.sim.schedule_at(at_s, self._fail, node, down_s)
 
@@ -460,14 +462,11 @@ class Simulation:
             t.first_token_s = self.sim.now_s
             if self.host is not None:  # node -> scheduler -> client
                 t.first_token_s += self.host.trip_s
-            if self._watch is not None and self.stop_reason is None:
-                self.stop_reason = self._watch.first_token(t.first_token_s - t.arrival_s, t.first_token_s)
-                if self.stop_reason is not None:
-                    self.sim.stop()
-            if self._p90_watch is not None and self.stop_reason is None:
-                self.stop_reason = self._p90_watch.first_token(t.first_token_s - t.arrival_s, t.first_token_s)
-                if self.stop_reason is not None:
-                    self.sim.stop()
+            for watch in self._watches:
+                if self.stop_reason is None:
+                    self.stop_reason = watch.first_token(t.first_token_s - t.arrival_s, t.first_token_s)
+                    if self.stop_reason is not None:
+                        self.sim.stop()
         elif c.token_index == 2:
             run = self._decode.get(self.core.node_of_engine(c.de_engine))
             back_s = c.steps_before_now * run.step_s if run is not None else 0.0
