@@ -37,6 +37,7 @@ from typing import Any
 import torch
 from model_speed import decode_time_s, forward_time_s
 
+from dualpath.cli.demo_twin import host_probe_cpu_s
 from dualpath.config.loader import load_model
 from dualpath.runtime.bench import BenchOptions
 from dualpath.runtime.bench import run as run_replay
@@ -45,7 +46,6 @@ from dualpath.runtime.loadgen import AgentPlan, BenchResult, run_bench
 from dualpath.runtime.model import Transformer, config_from_model_spec
 from dualpath.runtime.os_thread import ENGINE_THREAD_NAMES
 from dualpath.runtime.spans import PROFILE_DIR_ENV, read_spans
-from dualpath.twin.host_load import speed_probe_cpu_s
 
 # The lone request: an agent's rounds (append, generated) scaled as the demo's are; the third is profiled.
 LONE_ROUNDS = ((1024, 8), (32, 8), (32, 8))
@@ -68,11 +68,6 @@ def proc_cpu_s(pid: int) -> dict[str, float]:
     return out
 
 
-def host_speed_probe_s() -> float:
-    """The twin's speed probe (`twin.host_load`), mean of 20: more CPU when the cores run slower."""
-    return statistics.mean(speed_probe_cpu_s() for _ in range(20))
-
-
 def processes(server: ServeProcess, health: dict[str, Any]) -> dict[str, int]:
     assert server.process is not None
     nodes = {name: int(n["pid"]) for name, n in dict(health.get("nodes", {})).items() if n.get("pid")}
@@ -88,8 +83,9 @@ def run_profiled(mode: str, options: BenchOptions, folder: Path) -> dict[str, An
             ServeProcess("local-1p2d", mode=mode, store_dir=Path(store)) as server,
         ):
             pids = processes(server, server.health)
+            probe0 = host_probe_cpu_s()  # ≈ 1 s, before the replay's CPU window opens
             cpu0 = {name: proc_cpu_s(pid) for name, pid in pids.items()}
-            probe0, client0 = host_speed_probe_s(), time.process_time()
+            client0 = time.process_time()
             summary, replay = run_replay(server.url, options, progress=False)
             cpu = {
                 f"{name} {k}": v - cpu0[name][k]
@@ -101,7 +97,7 @@ def run_profiled(mode: str, options: BenchOptions, folder: Path) -> dict[str, An
             plan = AgentPlan(agent_id=LONE_AGENT, rounds=LONE_ROUNDS)
             lone = asyncio.run(run_bench(server.url, [plan], vocab_size=int(server.health.get("vocab_size", 256)),
                                          seed=1, progress=False, model=server.health.get("model")))  # fmt: skip
-            probe = (probe0 + host_speed_probe_s()) / 2
+            probe = (probe0 + host_probe_cpu_s()) / 2
     finally:
         os.environ.pop(PROFILE_DIR_ENV, None)
     return {"summary": summary, "replay": replay, "lone": lone, "cpu": cpu, "probe_cpu_s": probe,
