@@ -98,6 +98,44 @@ def test_abandoned_transfer_frees_the_link():
     assert timed(lambda: limiter.transmit(200_000, HIGH)) < 0.2
 
 
+def test_a_sender_that_wakes_late_between_transfers_keeps_the_link_busy_with_ready_s():
+    """Five back-to-back 20 ms transfers from one thread that sleeps 15 ms after each (a late wake-up):
+    with the bytes' `ready_s` the link runs them end to end (≈ 100 ms), without it each sleep is idle link
+    time (≥ 160 ms). Either way the link never beats its rate."""
+    rate = 4 * MB
+    nbytes = int(rate * 0.02)
+
+    def sender(ready: bool) -> float:
+        limiter = RateLimiter(rate)
+        start = time.monotonic()
+        for _ in range(5):
+            limiter.transmit(nbytes, LOW, ready_s=start if ready else None)
+            time.sleep(0.015)
+        return time.monotonic() - start - 0.015  # the last sleep is after the link's work
+
+    with_ready, without = sender(True), sender(False)
+    assert (5 * nbytes - RateLimiter(rate).chunk_bytes) / rate <= with_ready < 0.14
+    assert without >= 0.16
+
+
+def test_ready_s_never_starts_a_transfer_before_the_link_is_free():
+    """A transfer that says its bytes were ready long ago still queues behind the one on the link."""
+    rate = 4 * MB
+    limiter = RateLimiter(rate)
+    first = threading.Thread(target=limiter.transmit, args=(int(rate * 0.1), LOW))
+    start = time.monotonic()
+    first.start()
+    time.sleep(0.01)
+    limiter.transmit(int(rate * 0.02), LOW, ready_s=start - 10.0)
+    assert time.monotonic() - start >= 0.12 - limiter.chunk_bytes / rate
+    first.join()
+
+
+def test_an_idle_link_starts_a_transfer_when_its_bytes_were_ready():
+    limiter = RateLimiter(4 * MB)
+    assert timed(lambda: limiter.transmit(200_000, LOW, ready_s=time.monotonic() - 1.0)) < 0.03
+
+
 def test_bad_configuration_is_refused():
     with pytest.raises(ValueError):
         RateLimiter(0)

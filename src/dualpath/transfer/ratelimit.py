@@ -13,6 +13,12 @@ HIGH 99 / LOW 1 this is the paper's WRR on InfiniBand VLs (§5.1, Appendix A.1: 
 rest to KV). It is work-conserving: an idle class leaves the whole link to the other. Chunking bounds how long a
 LOW bulk transfer can hold the link in front of a HIGH one to one chunk time. Within a class, transfers are
 served FIFO (the SNIC read queue of §6 is FIFO).
+
+A transfer may name `ready_s`, the moment its bytes were ready (time.monotonic()). An idle link starts it then,
+not when the calling thread got to run: a thread that queues blocks one after another wakes late after each
+(the GIL, with a busy decode or prefill loop in the same process, adds up to a switch interval of 5 ms per
+wake-up), and a NIC with the next block already in its queue would not idle in those gaps. The start is never
+before the previous chunk ended, so the rate bound above still holds.
 """
 
 from __future__ import annotations
@@ -94,20 +100,22 @@ class RateLimiter:
         self._created_s = time.monotonic()
 
     # ---- public API -------------------------------------------------------------------------
-    def transmit(self, nbytes: int, traffic_class: TrafficClass = TrafficClass.LOW) -> None:
-        """Block until `nbytes` may have crossed the link."""
-        for _ in self.chunks(nbytes, traffic_class):
+    def transmit(
+        self, nbytes: int, traffic_class: TrafficClass = TrafficClass.LOW, *, ready_s: float | None = None
+    ) -> None:
+        """Block until `nbytes` may have crossed the link; `ready_s`: when they were ready (module doc)."""
+        for _ in self.chunks(nbytes, traffic_class, ready_s=ready_s):
             pass
 
     def chunks(
-        self, nbytes: int, traffic_class: TrafficClass = TrafficClass.LOW
+        self, nbytes: int, traffic_class: TrafficClass = TrafficClass.LOW, *, ready_s: float | None = None
     ) -> Iterator[tuple[int, int]]:
         """Yield (offset, length) of each chunk once its link time has passed, so the caller can move that
         chunk's bytes (PacedBackend copies chunk by chunk)."""
         if nbytes <= 0:
             return
         ticket = _Ticket(traffic_class, nbytes)
-        self._enqueue(ticket)
+        self._enqueue(ticket, ready_s)
         offset = 0
         try:
             while ticket.remaining_bytes:
@@ -134,16 +142,18 @@ class RateLimiter:
             )
 
     # ---- the link ---------------------------------------------------------------------------
-    def _enqueue(self, ticket: _Ticket) -> None:
+    def _enqueue(self, ticket: _Ticket, ready_s: float | None) -> None:
         with self._cond:
+            now = time.monotonic()
+            start_s = now if ready_s is None else min(ready_s, now)
             queue = self._queues[ticket.traffic_class]
             if not queue:  # (re)activating class: no credit banked while idle (WFQ)
                 self._vtime[ticket.traffic_class] = max(self._vtime[ticket.traffic_class], self._vclock)
             queue.append(ticket)
             if self._in_flight == 0:
-                self._busy_since_s = time.monotonic()
+                self._busy_since_s = max(start_s, self._free_at_s)
             self._in_flight += 1
-            self._dispatch(time.monotonic())
+            self._dispatch(start_s)  # an idle link: from when the bytes were ready, not before it was free
 
     def _wait_chunk(self, ticket: _Ticket) -> int:
         with self._cond:
