@@ -170,12 +170,13 @@ class DecodeExecutor:
         state = self._state(int(payload["rid"]))
         if kind == "pull":
             self._landing(state, int(payload["prompt_tokens"]))
-            self._tx.submit(self._push_rows, state, notice.src, payload)
+            self._tx.submit(self._push_rows, state, notice.src, payload, time.monotonic())
         elif kind == "kv_done" and payload["completes"]:
             state.landed.set()
 
-    def _push_rows(self, state: _DeRequest, pe: str, payload: dict[str, Any]) -> None:
-        """Where the PE writes (landing), then rows [start, end) per layer in order (Fig. 4b, 3-5)."""
+    def _push_rows(self, state: _DeRequest, pe: str, payload: dict[str, Any], ready_s: float) -> None:
+        """Where the PE writes (landing), then rows [start, end) per layer in order (Fig. 4b, 3-5); the
+        rows are in DRAM since the pull (`ready_s`), so the layers go back to back (`PacedBackend`)."""
         region = state.region
         if region is None:  # dropped meanwhile (its PE died)
             return
@@ -194,6 +195,7 @@ class DecodeExecutor:
                 int(payload["offset"]) + layer * int(payload["layer_bytes"]),
                 self.links.dram_view[first : first + (end - start) * row],
                 notice,
+                ready_s=ready_s,
             )
 
     def load(self) -> dict[str, Any]:

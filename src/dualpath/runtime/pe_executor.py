@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import queue
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -234,11 +235,14 @@ class PrefillExecutor:
             with spans.span("pe.load", step_id=step, layer=layer):
                 load_rows(layer)
 
+        computed_s: dict[int, float] = {}  # when each layer's new KV was ready to send
+
         def load_rows(layer: int) -> None:
+            ready_s = time.monotonic()  # every item's rows are in PE DRAM: the loopbacks go back to back
             for item in items:
                 parts = []
                 if item.pe_rows:
-                    self.links.cnic.rx.transmit(item.pe_rows * self.links.row_bytes)  # PE CNIC loopback (§5)
+                    self.links.cnic.rx.transmit(item.pe_rows * self.links.row_bytes, ready_s=ready_s)  # §5
                     assert item.state.region is not None
                     parts.append(
                         region_layer(self.links, item.state.region, layer, item.pe_rows, device=device)
@@ -263,18 +267,22 @@ class PrefillExecutor:
                 if item.first and item.pe_rows:  # the PE-side hit rows must reach the DE too
                     assert cached is not None
                     item.out[-1 - layer] = cached[: item.pe_rows]
+            computed_s[layer] = time.monotonic()
 
         def send(layer: int) -> None:
             with spans.span("pe.send", step_id=step, layer=layer):
                 send_rows(layer)
 
         def send_rows(layer: int) -> None:
+            ready_s = computed_s[layer]
             for item in items:
-                item.state.landing_set.wait()
+                if not item.state.landing_set.is_set():  # its bytes can go once the DE named the landing
+                    item.state.landing_set.wait()
+                    ready_s = time.monotonic()
                 if item.state.landing is None or int(item.body["rid"]) in self._dropped:
                     continue  # dropped: its DE is gone or it was cancelled
                 try:
-                    self._send_layer(item, layer)
+                    self._send_layer(item, layer, ready_s)
                 except (OSError, KeyError, ValueError):  # its DE died mid-send: the scheduler re-plans it
                     continue
 
@@ -301,18 +309,19 @@ class PrefillExecutor:
         with self.links.spans.span("pe.after_sends", step_id=step):
             self._notify_sent(step, items)
 
-    def _send_layer(self, item: _Item, layer: int) -> None:
+    def _send_layer(self, item: _Item, layer: int, ready_s: float) -> None:
         """One layer of the item's KV to its DE's landing region (and, on a first chunk, its PE-side
-        hit rows: the DE does not have them)."""
+        hit rows: the DE does not have them); `ready_s`: when the layer was computed (`PacedBackend`)."""
         assert item.state.landing is not None
         offset, layer_bytes = item.state.landing
         base = offset + layer * layer_bytes
         row = self.links.row_bytes
         if item.first and item.pe_rows:
             hits = item.out.pop(-1 - layer)
-            self.links.link.write(item.body["de"], "dram", base, layer_kv_to_bytes(hits))
+            self.links.link.write(item.body["de"], "dram", base, layer_kv_to_bytes(hits), ready_s=ready_s)
         new_kv = item.out.pop(layer)
-        self.links.link.write(item.body["de"], "dram", base + item.valid * row, layer_kv_to_bytes(new_kv))
+        self.links.link.write(item.body["de"], "dram", base + item.valid * row, layer_kv_to_bytes(new_kv),
+                              ready_s=ready_s)  # fmt: skip
 
     def _first_token(self, body: dict[str, Any], hidden: torch.Tensor) -> tuple[int, int, str | None]:
         """Token 1, drawn here from the last forward's logits with the request's sampling (the decode node

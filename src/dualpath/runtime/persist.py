@@ -24,6 +24,7 @@ from __future__ import annotations
 import errno
 import logging
 import threading
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
@@ -105,10 +106,12 @@ class PipelinedWriter:
     def submit(self, job: WriteJob) -> Future[int]:
         """Persist the blocks (paced in order); the future gives the bytes written once all are durable."""
         future: Future[int] = Future()
-        self._pace.submit(self._run, job, future)
+        self._pace.submit(self._run, job, future, time.monotonic())
         return future
 
-    def _run(self, job: WriteJob, future: Future[int]) -> None:
+    def _run(self, job: WriteJob, future: Future[int], ready_s: float) -> None:
+        """`ready_s`: when the job's bytes were in host memory; the link may start them from then on, so
+        this thread's late wake-ups between blocks do not leave the emulated SNIC idle (`RateLimiter`)."""
         try:
             todo = [b for b in job.blocks if not self.store.contains(b.key)]
             if not todo:
@@ -116,7 +119,7 @@ class PipelinedWriter:
                 return
             state = _Job(future, len(todo))
             for block in todo:
-                self.snic.tx.transmit(memoryview(block.data).nbytes, job.traffic_class)
+                self.snic.tx.transmit(memoryview(block.data).nbytes, job.traffic_class, ready_s=ready_s)
                 self._commit.submit(self._put, block, state)
         except BaseException as error:  # noqa: BLE001 - the caller waits on the future: hand it over
             if not future.done():

@@ -2,7 +2,9 @@
 
 The bytes' link time is spent first, chunk by chunk through `nic.tx` under the transfer's traffic class (so a
 HIGH transfer overtakes a LOW one at the next chunk boundary), then the bytes are written in one piece with
-the notice. Only the sender's tx is paced: a one-sided write cannot pace the receiver's rx from here.
+the notice. Only the sender's tx is paced: a one-sided write cannot pace the receiver's rx from here. A
+sender that queues writes on one thread passes each write's `ready_s`, so the link does not idle while that
+thread waits for the GIL between writes.
 """
 
 from __future__ import annotations
@@ -37,9 +39,12 @@ class PacedBackend:
         notice: JsonDict | None = None,
         *,
         traffic_class: TrafficClass = TrafficClass.LOW,
+        ready_s: float | None = None,
     ) -> None:
+        """`ready_s`: when the bytes were ready to go (time.monotonic()); an idle link starts them from
+        then, not from when this thread got to run (`RateLimiter`)."""
         view = byte_view(data)
-        self.nic.tx.transmit(view.nbytes, traffic_class)
+        self.nic.tx.transmit(view.nbytes, traffic_class, ready_s=ready_s)
         self.backend.write(peer, buffer_name, offset_bytes, view, notice)
 
     def notify(self, peer: str, notice: JsonDict) -> None:

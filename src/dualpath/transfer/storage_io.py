@@ -10,6 +10,7 @@ recomputes it (DESIGN §4 "faults"). Writes (DE persistence of full blocks) go F
 
 from __future__ import annotations
 
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -61,10 +62,11 @@ class StorageReader:
         missing: list[BlockKey] = []
         corrupt: list[BlockKey] = []
         total = 0
+        ready_s = time.monotonic()  # the job left the FIFO: its blocks go back to back from here on
         try:
             for block in job.blocks:
                 try:
-                    total += self._read_block(block, job.traffic_class)
+                    total += self._read_block(block, job.traffic_class, ready_s)
                     ok.append(block.key)
                 except BlockMissingError:
                     missing.append(block.key)
@@ -81,10 +83,10 @@ class StorageReader:
             bytes_read=total,
         )
 
-    def _read_block(self, block: BlockRead, traffic_class: TrafficClass) -> int:
+    def _read_block(self, block: BlockRead, traffic_class: TrafficClass, ready_s: float) -> int:
         meta = self.store.block_meta(block.key)
         nbytes = meta.full_block_bytes if block.layer is None else meta.layer_block_bytes
-        self.snic.rx.transmit(nbytes, traffic_class)
+        self.snic.rx.transmit(nbytes, traffic_class, ready_s=ready_s)
         if block.layer is None:
             return self.store.read_full_block_into(block.key, block.out)
         return self.store.read_layer_block_into(block.key, block.layer, block.out)
