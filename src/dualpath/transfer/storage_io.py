@@ -1,8 +1,13 @@
 """Storage reads and writes through the node's emulated SNIC (paper §4.1 steps 1–2, §3 "persist").
 
     submit(ReadJob) ─► SNIC read queue (FIFO, counted in bytes/requests/tokens = read_q, §6)
-                         └─► up to max_in_flight jobs at once: per block, pace its bytes through snic.rx,
-                             then one positional read from the KVStore into the caller's buffer slice
+                         └─► one job at a time (max_in_flight = 1): per block, pace its bytes through
+                             snic.rx, then one positional read from the KVStore into the caller's buffer slice
+
+The queue is served in order, whole job after whole job, as the paper's FIFO read queue: with two jobs on the
+link at once their blocks would interleave and the first would finish only when both nearly have. Each job's
+blocks name the moment it was queued as their `ready_s`, so the link goes from one job's last block to the
+next job's first without waiting for the reading thread to come back (`RateLimiter`).
 
 A block that is missing or fails its checksum is reported in the result, never raised: the caller
 recomputes it (DESIGN §4 "faults"). Writes (DE persistence of full blocks) go FIFO through snic.tx.
@@ -46,27 +51,26 @@ class ReadResult:
 
 
 class StorageReader:
-    def __init__(self, store: KVStore, snic: Snic, *, max_in_flight: int = 2) -> None:
+    def __init__(self, store: KVStore, snic: Snic, *, max_in_flight: int = 1) -> None:
         self.store = store
         self.snic = snic
-        # A pool of max_in_flight workers takes jobs in submission order: a FIFO with a small window.
+        # max_in_flight workers take jobs in submission order (module doc: 1, the FIFO).
         self._pool = ThreadPoolExecutor(max_workers=max_in_flight, thread_name_prefix=f"{snic.name}-read")
 
     def submit(self, job: ReadJob) -> Future[ReadResult]:
         nbytes = sum(b.nbytes_hint or b.out.nbytes for b in job.blocks)
         self.snic.read_queue.add(job.job_id, nbytes, job.tokens)
-        return self._pool.submit(self._run, job)
+        return self._pool.submit(self._run, job, time.monotonic())
 
-    def _run(self, job: ReadJob) -> ReadResult:
+    def _run(self, job: ReadJob, queued_s: float) -> ReadResult:
         ok: list[BlockKey] = []
         missing: list[BlockKey] = []
         corrupt: list[BlockKey] = []
         total = 0
-        ready_s = time.monotonic()  # the job left the FIFO: its blocks go back to back from here on
         try:
             for block in job.blocks:
                 try:
-                    total += self._read_block(block, job.traffic_class, ready_s)
+                    total += self._read_block(block, job.traffic_class, queued_s)
                     ok.append(block.key)
                 except BlockMissingError:
                     missing.append(block.key)
