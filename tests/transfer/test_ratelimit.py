@@ -4,6 +4,7 @@ import time
 import pytest
 
 from dualpath.transfer import RateLimiter, TrafficClass
+from dualpath.transfer.ratelimit import default_chunk_bytes
 
 HIGH, LOW = TrafficClass.HIGH, TrafficClass.LOW
 MB = 1_000_000
@@ -114,7 +115,7 @@ def test_a_sender_that_wakes_late_between_transfers_keeps_the_link_busy_with_rea
         return time.monotonic() - start - 0.015  # the last sleep is after the link's work
 
     with_ready, without = sender(True), sender(False)
-    assert (5 * nbytes - RateLimiter(rate).chunk_bytes) / rate <= with_ready < 0.14
+    assert (5 * nbytes - default_chunk_bytes(rate)) / rate <= with_ready < 0.14
     assert without >= 0.16
 
 
