@@ -3,7 +3,9 @@ and where the twin charges them (sim/host.py, twin/predict.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import types
 from pathlib import Path
 
 import pytest
@@ -14,7 +16,7 @@ from dualpath.runtime.model_host import build_model
 from dualpath.twin import load_calibration
 from dualpath.twin.calibrate import fit_measurements
 from dualpath.twin.calibration_forward import forward_python_terms, measure_forward_python
-from dualpath.twin.calibration_http import http_terms, measure_http
+from dualpath.twin.calibration_http import NullBackend, http_terms, measure_http
 from dualpath.twin.predict import metrics_from_sim, predict, sim_config, twin_simulation
 
 CALIBRATION = Path(__file__).parent / "data" / "cal-cpu.toml"
@@ -38,12 +40,32 @@ def _run(cal, trace=TRACE, **overheads: float) -> dict:  # type: ignore[no-untyp
 
 
 def test_http_legs_against_the_real_api_app() -> None:
-    m = measure_http((16, 256), 3, lambda _: None)
+    m = measure_http((16, 256), 3, lambda _: None, block_tokens=16)
     assert m["prompt_tokens"] == [16] * 3 + [256] * 3
     assert all(0 < t < 1.0 for t in m["first_chunk_s"])  # loopback, a no-op backend
     terms = http_terms(m)
     assert 0 < terms["http_leg_s"] < 0.5 and terms["http_leg_s_per_prompt_token"] >= 0
     assert terms["http_cpu_s"] >= 0 and terms["sse_chunk_cpu_s"] >= 0 and terms["sse_chunk_s"] > 0
+
+
+def test_the_null_backend_hashes_the_prompt_in_the_calibrated_clusters_blocks() -> None:
+    from dualpath.kvcache import block_keys
+
+    class Store:
+        def hit_blocks(self, keys: list) -> int:  # type: ignore[type-arg]
+            self.keys = keys
+            return 0
+
+    prompt = list(range(40))
+    for block_tokens in (8, 16):
+        store = Store()
+        request = types.SimpleNamespace(prompt_token_ids=prompt, max_tokens=2)
+
+        async def drain() -> list:  # type: ignore[type-arg]
+            return [chunk async for chunk in NullBackend(store, block_tokens).generate(request)]  # noqa: B023
+
+        assert len(asyncio.run(drain())) == 2
+        assert store.keys == block_keys(prompt, block_tokens) and len(store.keys) == 40 // block_tokens
 
 
 def test_http_terms_fit_the_per_size_medians() -> None:

@@ -84,7 +84,7 @@ def measure(
     cnic = io.measure_link(cluster.cnic_bytes_per_s, (*sizes, 4 * request_layer), repeats, tick, "cnic")
     shm, notice_rtt = io.measure_shm_write((*sizes, 4 * request_layer), repeats, tick)
     control_rtt, control_cpu = io.measure_control_round_trip(repeats, tick)
-    http = measure_http(_HTTP_PROMPT_TOKENS, 9 if quick else 25, tick)
+    http = measure_http(_HTTP_PROMPT_TOKENS, 9 if quick else 25, tick, block_tokens=cluster.block_tokens)
     memcpy = io.measure_memcpy_bytes_per_s(64 * 2**20, repeats, tick)
     store = io.measure_file_store(
         num_layers=layers,

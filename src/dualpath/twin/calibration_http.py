@@ -4,7 +4,7 @@ own process, a no-op backend, and the load generator's own client code path (`ht
 POST -> first chunk of a backend that answers at once is both HTTP legs of a TTFT; a stream of
 single-token chunks prices each further chunk. Wall time, and the CPU of server and client per request
 and per chunk (what the twin charges the scheduler and the client, docs/twin.md).
-Run as `python -m dualpath.twin.calibration_http --port P` it is the server side.
+Run as `python -m dualpath.twin.calibration_http --port P --block-tokens B` it is the server side.
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ from dualpath.twin.calibration import Tick
 # prompt's ids against them as the scheduler's backend does.
 _VOCAB = 256
 _MAX_CONTEXT_TOKENS = 1 << 20
-_BLOCK_TOKENS = 16  # local-1p2d's
 _STREAM_TOKENS = 32  # chunks per streamed request for the per-chunk cost: a round's order of tokens
 _START_TIMEOUT_S = 30.0
 
@@ -39,8 +38,8 @@ class NullBackend:
     max_context_tokens = _MAX_CONTEXT_TOKENS
     vocab_size = _VOCAB
 
-    def __init__(self, store: Any) -> None:
-        self.store = store
+    def __init__(self, store: Any, block_tokens: int) -> None:
+        self.store, self.block_tokens = store, block_tokens  # the calibrated cluster's block size
 
     def tokenize(self, text: str) -> list[int]:
         return list(text.encode())
@@ -64,14 +63,14 @@ class NullBackend:
         from dualpath.kvcache import block_keys
         from dualpath.runtime.api import TokenChunk
 
-        self.store.hit_blocks(block_keys(list(request.prompt_token_ids), _BLOCK_TOKENS))
+        self.store.hit_blocks(block_keys(list(request.prompt_token_ids), self.block_tokens))
         for i in range(request.max_tokens):
             last = i == request.max_tokens - 1
             await asyncio.sleep(0)  # each chunk its own write, as the scheduler's queue hands them over
             yield TokenChunk(token_ids=(i % _VOCAB,), finish_reason="length" if last else None)
 
 
-def _serve(port: int) -> None:
+def _serve(port: int, block_tokens: int) -> None:
     """The API as `serve` runs it: inside its request limits (`runtime.limits` reads the body first)."""
     import uvicorn
 
@@ -80,7 +79,8 @@ def _serve(port: int) -> None:
     from dualpath.runtime.limits import RequestLimits, ServeLimits
 
     with tempfile.TemporaryDirectory(prefix="dualpath-calibration-store-") as store:
-        app = RequestLimits(build_app(NullBackend(FileStore(store, capacity_bytes=2**40))), ServeLimits())
+        backend = NullBackend(FileStore(store, capacity_bytes=2**40), block_tokens)
+        app = RequestLimits(build_app(backend), ServeLimits())
         config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
         uvicorn.Server(config).run()
 
@@ -143,12 +143,13 @@ async def _measure(
     return out
 
 
-def measure_http(prompts: Sequence[int], repeats: int, tick: Tick) -> dict[str, Any]:
+def measure_http(prompts: Sequence[int], repeats: int, tick: Tick, *, block_tokens: int) -> dict[str, Any]:
     """The HTTP legs against a real API server process with the no-op backend (median-ready samples)."""
     from dualpath.runtime.launcher import free_port, stop_process, wait_healthy
 
     port = free_port()
-    server = subprocess.Popen([sys.executable, "-m", "dualpath.twin.calibration_http", "--port", str(port)])
+    args = ["--port", str(port), "--block-tokens", str(block_tokens)]
+    server = subprocess.Popen([sys.executable, "-m", "dualpath.twin.calibration_http", *args])
     url = f"http://127.0.0.1:{port}"
     try:
         wait_healthy(url, _START_TIMEOUT_S, server)  # raises if it died or did not come up
@@ -181,7 +182,8 @@ def http_terms(m: dict[str, Any]) -> dict[str, float]:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="no-op DualPath API server for `dualpath calibrate`")
     parser.add_argument("--port", type=int, required=True)
-    _serve(parser.parse_args(argv).port)
+    parser.add_argument("--block-tokens", type=int, required=True)  # the calibrated cluster's
+    _serve(**vars(parser.parse_args(argv)))
 
 
 if __name__ == "__main__":
