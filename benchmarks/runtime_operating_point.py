@@ -5,15 +5,15 @@ run (rate = hit bytes / (3 x rho x Oracle JCT)). Its trace starts from an empty 
 round reads nothing and computes its whole prompt; every read falls in the later rounds. With few rounds
 the first one is a large share of the Oracle run, and over the rounds that read the SNICs are loaded to
 rho / (1 - that share), above 1 at the default 5 rounds and rho 0.8. Then DualPath is storage-bound by the
-trace's construction, not by the runtime's own cost, and raising rho (more gain over Basic) costs distance
-to Oracle one for one.
+trace's construction, not by the runtime's own cost, and raising rho buys gain over Basic with distance to
+Oracle (rho 0.7 -> 0.8 at 5 rounds: basic/dualpath +0.07, dualpath/oracle +0.10 in the twin).
 
 This script asks the calibrated twin (docs/twin.md: the simulator with this machine's measured costs,
 within 15 % of the runtime on `dualpath validate`) for Basic, DualPath and Oracle on local-1p2d at each
 (rounds, rho), with `runtime_paths.py`'s rule applied to the twin's own Oracle run, and prints per point:
 the first round's share of the Oracle JCT, the SNIC load over the reading rounds, both ratios, and whether
 they meet `runtime_paths.py`'s bars (basic/dualpath >= 2.0, dualpath/oracle <= 1.3). It runs no runtime:
-a minute or so (plus a quick calibration the first time, cached like the demo's). The runtime's measured
+a few seconds (plus a quick calibration the first time, cached like the demo's). The runtime's measured
 figures for the same points are in benchmarks/README.md.
 
     python benchmarks/runtime_operating_point.py [--rounds 5 8 10] [--rho 0.6 0.7 0.8 0.9 1.0] [--json]
