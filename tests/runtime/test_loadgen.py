@@ -35,6 +35,9 @@ def test_each_round_resends_the_whole_context_with_the_served_tokens(stub_backen
     summary = summarise(result)
     assert summary["requests"] == 2 and summary["generated_tokens"] == 6
     assert summary["jct_s"] >= summary["ttft_s"]["p50"] > 0
+    first_round = result.rounds[0]
+    assert first_round.round_index == 0 and summary["first_round_mean_s"] > 0
+    assert summary["first_round_mean_s"] == first_round.done_s - first_round.sent_s < summary["jct_s"]
 
 
 def test_chat_rounds_resend_the_conversation_with_the_served_replies():

@@ -289,6 +289,8 @@ def summarise(result: BenchResult) -> dict[str, object]:
     """JCT (makespan and per agent), TTFT/TTST/TPOT percentiles and token throughput."""
     generated = sum(r.generated_tokens for r in result.rounds)
     jcts = [a.jct_s for a in result.agents]
+    # Each agent's first round: with an empty store it reads nothing (runtime_operating_point.py)
+    first = [r.done_s - r.sent_s for r in result.rounds if r.round_index == 0]
     return {
         "agents": len(result.agents),
         "requests": len(result.rounds),
@@ -301,4 +303,5 @@ def summarise(result: BenchResult) -> dict[str, object]:
         "prompt_tokens": sum(r.prompt_tokens for r in result.rounds),
         "tokens_per_s": generated / result.wall_s if result.wall_s > 0 else 0.0,
         "wall_s": result.wall_s,
+        "first_round_mean_s": sum(first) / len(first) if first else 0.0,
     }
