@@ -289,7 +289,8 @@ def summarise(result: BenchResult) -> dict[str, object]:
     """JCT (makespan and per agent), TTFT/TTST/TPOT percentiles and token throughput."""
     generated = sum(r.generated_tokens for r in result.rounds)
     jcts = [a.jct_s for a in result.agents]
-    # Each agent's first round: with an empty store it reads nothing (runtime_operating_point.py)
+    # Each agent's first round: with an empty store it reads nothing (`benchmarks/runtime_paths.py` reports
+    # its share of the JCT: the rounds that can read have the rest)
     first = [r.done_s - r.sent_s for r in result.rounds if r.round_index == 0]
     return {
         "agents": len(result.agents),
