@@ -16,7 +16,7 @@ they meet `runtime_paths.py`'s bars (basic/dualpath >= 2.0, dualpath/oracle <= 1
 a few seconds (plus a quick calibration the first time, cached like the demo's). The runtime's measured
 figures for the same points are in benchmarks/README.md.
 
-    python benchmarks/runtime_operating_point.py [--rounds 5 8 10] [--rho 0.6 0.7 0.8 0.9 1.0] [--json]
+    python benchmarks/runtime_operating_point.py [--rounds 5 8 10] [--rho 0.6 0.7 0.8 0.9 1.0] [--json] [--plot F.png]
 """
 
 from __future__ import annotations
@@ -115,6 +115,32 @@ def table(points: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def plot(points: list[dict[str, Any]], path: Path) -> None:
+    """Both ratios against rho, one line per trace length, the bars dashed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (gain_ax, oracle_ax) = plt.subplots(1, 2, figsize=(10, 4))
+    for num_rounds in sorted({p["rounds"] for p in points}):
+        row = sorted((p for p in points if p["rounds"] == num_rounds), key=lambda p: p["rho"])
+        rho = [p["rho"] for p in row]
+        label = f"{num_rounds} rounds"
+        gain_ax.plot(rho, [p["basic_over_dualpath"] for p in row], marker="o", label=label)
+        oracle_ax.plot(rho, [p["dualpath_over_oracle"] for p in row], marker="o", label=label)
+    for ax, bar, name in ((gain_ax, GAIN_BAR, "basic / dualpath JCT (at least)"),
+                          (oracle_ax, ORACLE_BAR, "dualpath / oracle JCT (at most)")):  # fmt: skip
+        ax.axhline(bar, color="grey", linestyle="--", linewidth=1)
+        ax.set_xlabel("design load rho (runtime_paths.py's rate rule)")
+        ax.set_title(name)
+        ax.legend()
+    fig.suptitle("The calibrated twin on local-1p2d: runtime_paths.py's operating point")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -129,6 +155,7 @@ def main(argv: list[str] | None = None) -> int:
         "--calibration", type=Path, help="a calibration file (default: the demo's cached one)"
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--plot", type=Path, help="also draw both ratios against rho here (PNG)")
     parser.add_argument("--out", default="benchmarks/results/runtime_operating_point.json",
                         help="write the JSON here too ('' : do not)")  # fmt: skip
     args = parser.parse_args(argv)
@@ -159,6 +186,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
+    if args.plot:
+        plot(points, args.plot)
     print(json.dumps(out, indent=2) if args.json else table(points))
     return 0
 

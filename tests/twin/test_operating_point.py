@@ -15,13 +15,18 @@ SCRIPT = Path(__file__).parents[2] / "benchmarks" / "runtime_operating_point.py"
 
 
 @pytest.fixture(scope="module")
-def points() -> list[dict]:
+def script():  # type: ignore[no-untyped-def]
     spec = importlib.util.spec_from_file_location("runtime_operating_point", SCRIPT)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def points(script) -> list[dict]:  # type: ignore[no-untyped-def]
     args = argparse.Namespace(rounds=[2, 4], rho=[0.5, 1.0], agents=4, context_scale=1 / 32)
-    return module.sweep(load_calibration(CALIBRATION), args, lambda _: None)
+    return script.sweep(load_calibration(CALIBRATION), args, lambda _: None)
 
 
 def test_the_rate_is_runtime_paths_rule(points: list[dict]) -> None:
@@ -46,3 +51,9 @@ def test_a_higher_design_load_slows_basic_more_than_dualpath(points: list[dict])
     assert high["snic_bytes_per_s"] < low["snic_bytes_per_s"]
     assert high["basic_jct_s"] > low["basic_jct_s"]
     assert high["basic_jct_s"] - low["basic_jct_s"] > high["dualpath_jct_s"] - low["dualpath_jct_s"]
+
+
+def test_the_plot_is_a_png(script, points: list[dict], tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    path = tmp_path / "operating_point.png"
+    script.plot(points, path)
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 10_000
