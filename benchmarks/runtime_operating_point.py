@@ -30,15 +30,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+from runtime_paths import link_settings, snic_load_while_reading, snic_rate_bytes_per_s
+
 from dualpath.runtime.bench import BenchOptions
 from dualpath.runtime.cluster import RuntimeClusterSpec, apply_settings, load_cluster
 from dualpath.twin.calibration import Calibration, load_calibration
 from dualpath.twin.predict import predict
 from dualpath.twin.validate import trace_rounds
 
-# runtime_paths.py's constants and bars (its module doc and ../shared/checks/runtime)
-STORAGE_GAIN = 3.0  # (P + D) / P SNICs on local-1p2d
-CNIC_PER_SNIC = 8.0  # paper §2.3
+# runtime_paths.py's bars (../shared/checks/runtime)
 GAIN_BAR = 2.0  # basic/dualpath at least
 ORACLE_BAR = 1.3  # dualpath/oracle at most
 
@@ -48,10 +48,8 @@ def predicted_point(
 ) -> dict[str, float]:
     """Basic and DualPath at the SNIC rate `runtime_paths.py` would set from this Oracle prediction."""
     hit_bytes = sum(d["rx"] for d in oracle["snic_bytes"].values())
-    rate = hit_bytes / (STORAGE_GAIN * rho * oracle["jct_s"])
-    paced = apply_settings(
-        spec, [f"snic_bytes_per_s={rate:.0f}", f"cnic_bytes_per_s={CNIC_PER_SNIC * rate:.0f}"]
-    )
+    rate = snic_rate_bytes_per_s(hit_bytes, oracle["jct_s"], rho)
+    paced = apply_settings(spec, link_settings(rate))
     basic = predict(paced, cal, "basic", rounds)[0]["jct_s"]
     dualpath = predict(paced, cal, "dualpath", rounds)[0]["jct_s"]
     return {
@@ -88,7 +86,7 @@ def sweep(cal: Calibration, args: argparse.Namespace, say: Any) -> list[dict[str
             )
             points.append({
                 "rounds": num_rounds, "rho": rho, "first_round_share": share,
-                "reading_rounds_snic_load": rho / (1.0 - share), "oracle_jct_s": oracle["jct_s"], **point,
+                "reading_rounds_snic_load": snic_load_while_reading(rho, share), "oracle_jct_s": oracle["jct_s"], **point,
                 "basic_over_dualpath": gain, "dualpath_over_oracle": to_oracle,
                 "meets_bars": gain >= GAIN_BAR and to_oracle <= ORACLE_BAR,
             })  # fmt: skip

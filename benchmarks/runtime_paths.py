@@ -46,6 +46,22 @@ DESIGN_LOAD = 0.8  # rho: DualPath's three SNICs would be 80 % busy over an Orac
 CNIC_PER_SNIC = 8.0  # node CNICs together = 8 x the SNIC (paper §2.3: 8 x 400 Gbps vs 1 x 400 Gbps)
 
 
+def snic_rate_bytes_per_s(hit_bytes: float, oracle_jct_s: float, design_load: float) -> float:
+    """The rule of the module doc: DualPath's SNICs `design_load`-busy over an Oracle-long run."""
+    return hit_bytes / (STORAGE_GAIN * design_load * oracle_jct_s)
+
+
+def link_settings(snic_rate: float) -> list[str]:
+    """`serve --set` values for that SNIC rate, the CNICs at the paper's ratio."""
+    return [f"snic_bytes_per_s={snic_rate:.0f}", f"cnic_bytes_per_s={CNIC_PER_SNIC * snic_rate:.0f}"]
+
+
+def snic_load_while_reading(design_load: float, first_round_share: float) -> float:
+    """The store starts empty, so each agent's first round reads nothing: over the rounds that read, the
+    SNICs carry the design load over what is left of Oracle's JCT (benchmarks/runtime_operating_point.py)."""
+    return design_load / (1.0 - first_round_share)
+
+
 def mode_result(summaries: list[dict]) -> dict:
     """Means over repeated runs of one mode (the host is shared; one run can catch a busy moment)."""
 
@@ -104,8 +120,8 @@ def main(argv: list[str] | None = None) -> int:
     }
     oracle_jct_s = sum(r["jct_s"] for r in runs["oracle"]) / args.repeat
     hit_bytes = sum(d["rx"] for d in runs["oracle"][0]["snic"].values())
-    snic_rate = hit_bytes / (STORAGE_GAIN * args.design_load * oracle_jct_s)
-    settings = [f"snic_bytes_per_s={snic_rate:.0f}", f"cnic_bytes_per_s={CNIC_PER_SNIC * snic_rate:.0f}"]
+    snic_rate = snic_rate_bytes_per_s(hit_bytes, oracle_jct_s, args.design_load)
+    settings = link_settings(snic_rate)
     log(
         f"oracle JCT {oracle_jct_s:.2f} s, {hit_bytes / 1e6:.1f} MB of hits -> SNIC {snic_rate / 1e6:.2f} MB/s"
     )
@@ -139,10 +155,8 @@ def main(argv: list[str] | None = None) -> int:
         "oracle_calibration_jct_s": oracle_jct_s,  # mean of the first `repeat` Oracle runs: sets the rate
         "cnic_bytes_per_s": CNIC_PER_SNIC * snic_rate,
         "modes": modes,
-        # The store starts empty, so each agent's first round reads nothing: over the rounds that read, the
-        # SNICs carry rho / (1 - its share of Oracle's JCT) (benchmarks/runtime_operating_point.py).
-        "first_round_share": first_round_share,
-        "snic_load_while_reading": args.design_load / (1.0 - first_round_share),
+        "first_round_share": first_round_share,  # mean first-round latency over Oracle's JCT
+        "snic_load_while_reading": snic_load_while_reading(args.design_load, first_round_share),
         "basic_over_dualpath": modes["basic"]["jct_s"] / modes["dualpath"]["jct_s"],
         "dualpath_over_oracle": modes["dualpath"]["jct_s"] / modes["oracle"]["jct_s"],
         "wall_s": time.monotonic() - started,
