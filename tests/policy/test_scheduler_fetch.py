@@ -16,26 +16,30 @@ def test_de_group_settles_until_freed_or_routed() -> None:
     big = Request(request_id=0, trajectory_id=0, round_index=0, prompt_tokens=900, hit_tokens=0,
                   gen_tokens=200, arrival_s=0.0)  # fmt: skip
     s.submit(big)
-    assert s.has_de_work(1)
+    assert s.has_de_work(1, 0)  # the global queue has something to route, whatever the DEs' room
     full = [
         EngineLoad(
             engine_id=1, node_id=1, seq=3, tok=5000, compute_tok=0, read_q_tokens=0, free_hbm_tokens=100
         )
     ]
     assert s.fetch_de_group(1, full) == []  # does not fit
-    assert not s.has_de_work(1)  # the same fetch would stop at the same head
+    assert not s.has_de_work(1, 5000)  # the same fetch would stop at the same head
     s.note_de_freed(1)
-    assert s.has_de_work(1)
+    assert s.has_de_work(1, 1100)  # len_r = 1,100 fits the freed DE
+    assert not s.has_de_work(1, 1099)  # no DE has room for the head: phase 2 would stop there at once
+    s.note_de_group(1, read_q_tokens=0, tok=5000)  # the report such a fetch would have made
+    assert not s.has_de_work(1, 1100)  # settled again until a DE frees
+    s.note_de_freed(1)
     roomy = [
         EngineLoad(
             engine_id=1, node_id=1, seq=2, tok=3000, compute_tok=0, read_q_tokens=0, free_hbm_tokens=5000
         )
     ]
     assert [r.request_id for r, _ in s.fetch_de_group(1, roomy)] == [0]
-    assert not s.has_de_work(1)
+    assert not s.has_de_work(1, 5000)
     s.submit(Request(request_id=1, trajectory_id=1, round_index=0, prompt_tokens=10, hit_tokens=0,
                      gen_tokens=1, arrival_s=0.0))  # fmt: skip
-    assert s.has_de_work(1)  # the global queue has something to route
+    assert s.has_de_work(1, 0)  # the global queue has something to route
 
 
 def _de_load(engine: int, node: int, free: int) -> EngineLoad:
@@ -56,10 +60,10 @@ def test_round_robin_fetch_of_a_full_sole_de_group_ends_and_keeps_the_cycle() ->
     placed = s.fetch_de_group(1, [_de_load(1, 1, 150), _de_load(2, 1, 50), _de_load(3, 1, 100)])
     assert [(r.request_id, e) for r, e in placed] == [(0, 1), (1, 3)]
     assert s.global_queue_len == 1
-    assert not s.has_de_work(1)  # every DE lost its turn to this head: nothing to place until one frees
+    assert not s.has_de_work(1, 0)  # every DE lost its turn to this head: nothing to place until one frees
     assert s.fetch_de_group(1, [_de_load(1, 1, 50), _de_load(2, 1, 50), _de_load(3, 1, 0)]) == []
     s.note_de_freed(1)
-    assert s.has_de_work(1)
+    assert s.has_de_work(1, 0)
     # The turn after engine 3's is engine 1's, whatever cycles of lost turns came between.
     placed = s.fetch_de_group(1, [_de_load(1, 1, 100), _de_load(2, 1, 100), _de_load(3, 1, 100)])
     assert [(r.request_id, e) for r, e in placed] == [(2, 1)]
@@ -77,16 +81,16 @@ def test_round_robin_head_change_reopens_a_blocked_cycle() -> None:
 
     submit(0, 90)  # needs 100 tokens of DE HBM
     assert s.fetch_de_group(1, [_de_load(1, 1, 99)]) == []  # engine 1 loses its turn, engine 2's is next
-    assert s.has_de_work(2)
+    assert s.has_de_work(2, 0)
     assert s.fetch_de_group(2, [_de_load(2, 2, 99)]) == []
-    assert not s.has_de_work(1) and not s.has_de_work(2)  # a whole cycle lost to request 0
+    assert not s.has_de_work(1, 0) and not s.has_de_work(2, 0)  # a whole cycle lost to request 0
     submit(1, 10)  # behind the same head: still blocked
-    assert not s.has_de_work(1)
+    assert not s.has_de_work(1, 0)
     placed = s.fetch_de_group(1, [_de_load(1, 1, 99)])  # a fetch anyway places nothing and keeps the turn
     assert placed == [] and s.global_queue_len == 2
     s.note_de_freed(2)
     assert [(r.request_id, e) for r, e in s.fetch_de_group(1, [_de_load(1, 1, 200)])] == [(0, 1)]
     assert [(r.request_id, e) for r, e in s.fetch_de_group(2, [_de_load(2, 2, 20)])] == [(1, 2)]
-    assert not s.has_de_work(1)  # the global queue is empty
+    assert not s.has_de_work(1, 0)  # the global queue is empty
     submit(2, 90)
-    assert s.has_de_work(1)
+    assert s.has_de_work(1, 0)

@@ -221,7 +221,7 @@ class ClusterCore:
 
     def _fetch_de_group(self, node: DecodeNode) -> bool:
         """One DE group leader's fetch (§6.2); True if it placed a request."""
-        if not self.scheduler.has_de_work(node.node_id):  # only its read queue to report
+        if not self.scheduler.has_de_work(node.node_id, self._max_free_hbm_tokens(node)):  # a report only
             self.scheduler.note_de_group(
                 node.node_id, read_q_tokens=self.readers[node.node_id].read_q_tokens, tok=node.reserved_tokens
             )
@@ -266,6 +266,17 @@ class ClusterCore:
             self._pe_open.discard(node.node_id)
         else:
             self._pe_open.add(node.node_id)
+
+    def _max_free_hbm_tokens(self, node: DecodeNode) -> int:
+        """The most free HBM on one DE of the group (0 for a dead group: its reports say "full")."""
+        if node.node_id in self.down:
+            return 0
+        most = 0
+        for e in node.engines:
+            free = e.free_hbm_tokens
+            if free > most:
+                most = free
+        return most
 
     def _de_loads(self, node: DecodeNode) -> list[EngineLoad]:
         q = self.readers[node.node_id].read_q_tokens

@@ -137,17 +137,23 @@ class RequestScheduler:
     def node_of(self, engine_id: int) -> int:
         return self._node_of[engine_id]
 
-    def has_de_work(self, node_id: int) -> bool:
+    def has_de_work(self, node_id: int, max_free_hbm_tokens: int) -> bool:
         """Whether a fetch by this DE group could place anything (else it only reports its load).
 
         False when the global queue is empty and the group's private queue is empty or unchanged
         since the group's last fetch with no DE of the group freed since (`note_de_freed`): phase 2
-        is deterministic, so it would stop at the same head again. Round robin: False also once every
-        DE has lost a turn in a row to the same head with no DE freed since (`_rr_lost_turns`).
+        is deterministic, so it would stop at the same head again. False too when no DE of the group
+        has room for the head (`max_free_hbm_tokens`: the most free HBM on one of its DEs): phase 2
+        would stop at the head at once. Round robin: False also once every DE has lost a turn in a row
+        to the same head with no DE freed since (`_rr_lost_turns`).
         """
         if self.scheduling == "round-robin":
             return bool(self._global) and self._rr_lost_turns < len(self._de_engines)
-        return bool(self._global) or node_id in self._de_pending
+        if self._global:
+            return True
+        if node_id not in self._de_pending:
+            return False
+        return self._de_queues[node_id][0].total_tokens <= max_free_hbm_tokens
 
     def note_de_freed(self, node_id: int) -> None:
         """A request on this DE group finished or shrank: its HBM and tok_e fell, so its queue may move
@@ -173,11 +179,15 @@ class RequestScheduler:
         return sorted(n for n in self._de_pending | self._de_report_due if n > after)
 
     def note_de_group(self, node_id: int, *, read_q_tokens: int, tok: int) -> None:
-        """A DE group's report (its node's read queue, its Σ tok_e) from a fetch that places nothing."""
+        """A DE group's report (its node's read queue, its Σ tok_e) from a fetch that places nothing.
+
+        Like such a fetch, it leaves the group out of the pending ones (`has_de_work`) until one of its
+        DEs frees or a request is routed to it."""
         self._read_q[node_id] = read_q_tokens
         if self.scheduling != "round-robin":
             self._group_tok[node_id] = tok
         self._de_report_due.discard(node_id)
+        self._de_pending.discard(node_id)
 
     def _note(self, loads: Sequence[EngineLoad]) -> None:
         for load in loads:
