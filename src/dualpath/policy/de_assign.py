@@ -94,10 +94,29 @@ def assign_within_de_group(
 def choose_decode_engine(
     len_tokens: int, candidates: Sequence[DeCandidate], *, z_tokens: float
 ) -> DeCandidate | None:
-    fits = [e for e in candidates if e.free_hbm_tokens >= len_tokens]
-    normal = [e for e in fits if e.tok + len_tokens <= z_tokens]
-    if normal:
-        return min(normal, key=lambda e: (e.seq, e.tok, e.engine_id))
-    if fits:
-        return min(fits, key=lambda e: (e.tok, e.engine_id))
-    return None
+    """Among DEs with room: the non-high-token one with min (seq, tok, id), else the min (tok, id).
+
+    One pass with plain comparisons (no lists, keys or tuples per candidate: it runs per placement)."""
+    best_normal: DeCandidate | None = None  # fits, tok_e + len_r <= Z: min (seq, tok, engine_id)
+    best_fit: DeCandidate | None = None  # fits: min (tok, engine_id)
+    for e in candidates:
+        if e.free_hbm_tokens < len_tokens:
+            continue
+        if (
+            best_fit is None
+            or e.tok < best_fit.tok
+            or (e.tok == best_fit.tok and e.engine_id < best_fit.engine_id)
+        ):
+            best_fit = e
+        if e.tok + len_tokens <= z_tokens and (best_normal is None or _fewer_seq_first(e, best_normal)):
+            best_normal = e
+    return best_normal if best_normal is not None else best_fit
+
+
+def _fewer_seq_first(a: DeCandidate, b: DeCandidate) -> bool:
+    """(a.seq, a.tok, a.engine_id) < (b.seq, b.tok, b.engine_id)."""
+    if a.seq != b.seq:
+        return a.seq < b.seq
+    if a.tok != b.tok:
+        return a.tok < b.tok
+    return a.engine_id < b.engine_id

@@ -9,29 +9,72 @@ from dataclasses import dataclass, field
 
 from dualpath.policy.batching import BatchItem
 from dualpath.policy.types import ReadSide
+from dualpath.records import fields_repr
+
+_ASSIGNMENT_FIELDS = ("request_id", "pe_engine", "de_engine", "pe_read_tokens", "de_read_tokens")
+_BATCH_DECISION_FIELDS = ("pe_engine", "items")
 
 
-@dataclass(frozen=True, kw_only=True)
 class Assignment:
-    """A request placed on a (PE, DE) pair with its hit tokens divided between the read paths."""
+    """A request placed on a (PE, DE) pair with its hit tokens divided between the read paths.
 
-    request_id: int
-    pe_engine: int
-    de_engine: int
-    pe_read_tokens: int
-    de_read_tokens: int
+    NOTE: a plain slotted class compared by value, not a frozen dataclass: in the native build a
+    dataclass's generated `__init__` stays interpreted (a frozen one sets each field through
+    `object.__setattr__`), and every placement makes one. Treat it as immutable.
+    """
+
+    __slots__ = _ASSIGNMENT_FIELDS
+
+    def __init__(
+        self, *, request_id: int, pe_engine: int, de_engine: int, pe_read_tokens: int, de_read_tokens: int
+    ) -> None:
+        self.request_id = request_id
+        self.pe_engine = pe_engine
+        self.de_engine = de_engine
+        self.pe_read_tokens = pe_read_tokens
+        self.de_read_tokens = de_read_tokens
+
+    def _key(self) -> tuple[int, int, int, int, int]:
+        return (self.request_id, self.pe_engine, self.de_engine, self.pe_read_tokens, self.de_read_tokens)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Assignment) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        return fields_repr(self, _ASSIGNMENT_FIELDS)
 
     @property
     def side(self) -> ReadSide:
         return ReadSide.DE if self.de_read_tokens > self.pe_read_tokens else ReadSide.PE
 
 
-@dataclass(frozen=True, kw_only=True)
 class BatchDecision:
-    """One PE forward batch: (request, cached, bsz) items; a chunked request has bsz < its remainder."""
+    """One PE forward batch: (request, cached, bsz) items; a chunked request has bsz < its remainder.
 
-    pe_engine: int
-    items: tuple[BatchItem, ...]
+    A plain slotted class compared by value, for the reason `Assignment` gives (one per engine per step).
+    """
+
+    __slots__ = _BATCH_DECISION_FIELDS
+
+    def __init__(self, *, pe_engine: int, items: tuple[BatchItem, ...]) -> None:
+        self.pe_engine = pe_engine
+        self.items = items
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, BatchDecision)
+            and self.pe_engine == other.pe_engine
+            and self.items == other.items
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.pe_engine, self.items))
+
+    def __repr__(self) -> str:
+        return fields_repr(self, _BATCH_DECISION_FIELDS)
 
 
 Decision = Assignment | BatchDecision

@@ -82,11 +82,16 @@ def choose_prefill_engine(
         if overloaded(e.compute_tok, beta_tokens):
             continue  # C1
         if e.read_q_tokens <= alpha_tokens:
-            if best_c2 is None or (e.tok, e.engine_id) < (best_c2.tok, best_c2.engine_id):
+            if best_c2 is None or _less_loaded(e, best_c2):
                 best_c2 = e
-        elif best_c3 is None or (e.tok, e.engine_id) < (best_c3.tok, best_c3.engine_id):
+        elif best_c3 is None or _less_loaded(e, best_c3):
             best_c3 = e
     return best_c2 if best_c2 is not None else best_c3
+
+
+def _less_loaded(a: PeCandidate, b: PeCandidate) -> bool:
+    """(a.tok, a.engine_id) < (b.tok, b.engine_id), without building the tuples (per candidate, per pick)."""
+    return a.tok < b.tok or (a.tok == b.tok and a.engine_id < b.engine_id)
 
 
 def assign_prefill_engines(

@@ -1,0 +1,41 @@
+"""Decisions compare by value: two drivers' logs are equal when they decided the same things."""
+
+from __future__ import annotations
+
+from dualpath.policy.batching import BatchItem
+from dualpath.policy.decisions import Assignment, BatchDecision, DecisionLog
+from dualpath.policy.types import ReadSide
+
+
+def _assignment(**changes: int) -> Assignment:
+    fields = dict(request_id=7, pe_engine=1, de_engine=9, pe_read_tokens=64, de_read_tokens=0) | changes
+    return Assignment(**fields)
+
+
+def test_assignments_are_equal_by_every_field() -> None:
+    a = _assignment()
+    assert a == _assignment() and hash(a) == hash(_assignment())
+    for field in ("request_id", "pe_engine", "de_engine", "pe_read_tokens", "de_read_tokens"):
+        assert a != _assignment(**{field: 3}), field
+    assert a != BatchDecision(pe_engine=1, items=())
+    assert (
+        repr(a) == "Assignment(request_id=7, pe_engine=1, de_engine=9, pe_read_tokens=64, de_read_tokens=0)"
+    )
+    assert a.side is ReadSide.PE and _assignment(pe_read_tokens=0, de_read_tokens=64).side is ReadSide.DE
+
+
+def test_batch_decisions_and_logs_compare_by_value() -> None:
+    items = (BatchItem(request_id=7, cached_tokens=64, new_tokens=16),)
+    b = BatchDecision(pe_engine=2, items=items)
+    assert b == BatchDecision(pe_engine=2, items=tuple(items)) and hash(b) == hash(
+        BatchDecision(pe_engine=2, items=items)
+    )
+    assert b != BatchDecision(pe_engine=3, items=items)
+    assert b != BatchDecision(pe_engine=2, items=(BatchItem(request_id=7, cached_tokens=64, new_tokens=8),))
+    one, two = DecisionLog(), DecisionLog()
+    for log in (one, two):
+        log.record(_assignment())
+        log.record(BatchDecision(pe_engine=2, items=items))
+    assert one.per_engine() == two.per_engine()
+    two.record(_assignment(request_id=8))
+    assert one.per_engine() != two.per_engine()
