@@ -1,13 +1,12 @@
-"""Small value types the policies exchange (frozen; no behaviour beyond derived values)."""
+"""Small value types the policies exchange (read-only by convention; no behaviour beyond derived values)."""
 
 from __future__ import annotations
 
 import enum
-from typing import NamedTuple
 
 from dualpath.records import fields_repr
 
-# EngineLoad's fields, once: its slots and its repr.
+# Each record's fields, once: its slots and its repr.
 _ENGINE_LOAD_FIELDS = (
     "engine_id",
     "node_id",
@@ -17,6 +16,8 @@ _ENGINE_LOAD_FIELDS = (
     "read_q_tokens",
     "free_hbm_tokens",
 )
+_NODE_READ_STATE_FIELDS = ("read_q_tokens", "read_tokens_per_s")
+_READ_PLAN_FIELDS = ("pe_read_tokens", "de_read_tokens")
 
 
 class ReadSide(enum.Enum):
@@ -63,18 +64,54 @@ class EngineLoad:
         return fields_repr(self, _ENGINE_LOAD_FIELDS)
 
 
-class NodeReadState(NamedTuple):
-    """A node's storage read queue as a read-path policy sees it (§6.3)."""
+class NodeReadState:
+    """A node's storage read queue as a read-path policy sees it (§6.3).
 
-    read_q_tokens: int
-    read_tokens_per_s: float  # how fast this node's storage path drains its queue
+    A plain slotted class for the native build's sake (see `EngineLoad`): every placement makes two.
+    """
+
+    __slots__ = _NODE_READ_STATE_FIELDS
+
+    def __init__(self, read_q_tokens: int, read_tokens_per_s: float) -> None:
+        self.read_q_tokens = read_q_tokens
+        self.read_tokens_per_s = read_tokens_per_s  # how fast this node's storage path drains its queue
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, NodeReadState)
+            and self.read_q_tokens == other.read_q_tokens
+            and self.read_tokens_per_s == other.read_tokens_per_s
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.read_q_tokens, self.read_tokens_per_s))
+
+    def __repr__(self) -> str:
+        return fields_repr(self, _NODE_READ_STATE_FIELDS)
 
 
-class ReadPlan(NamedTuple):
-    """How a request's hit tokens are divided between the two read paths."""
+class ReadPlan:
+    """How a request's hit tokens are divided between the two read paths (a plain slotted class, as
+    `NodeReadState`)."""
 
-    pe_read_tokens: int
-    de_read_tokens: int
+    __slots__ = _READ_PLAN_FIELDS
+
+    def __init__(self, pe_read_tokens: int, de_read_tokens: int) -> None:
+        self.pe_read_tokens = pe_read_tokens
+        self.de_read_tokens = de_read_tokens
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, ReadPlan)
+            and self.pe_read_tokens == other.pe_read_tokens
+            and self.de_read_tokens == other.de_read_tokens
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.pe_read_tokens, self.de_read_tokens))
+
+    def __repr__(self) -> str:
+        return fields_repr(self, _READ_PLAN_FIELDS)
 
     @property
     def side(self) -> ReadSide:
