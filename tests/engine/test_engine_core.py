@@ -9,6 +9,7 @@ import pytest
 
 from dualpath.config.specs import SchedulerSpec
 from dualpath.engine import commands as cmd
+from dualpath.engine.buffers import CapacityPool
 from dualpath.engine.core import ClusterCore, CoreConfig
 from dualpath.engine.decode import DecodeEngine, DecodeNode
 from dualpath.engine.modes import MODES, get_mode
@@ -50,20 +51,14 @@ def test_storage_reader_is_fifo_with_limited_inflight_and_admission() -> None:
     r = StorageReader(0, max_inflight_reads=2)
     for i in range(4):
         r.enqueue(ReadPart(request_id=i, node_id=0, tokens=64, reserve_bytes=10.0))
-    room = [25.0]
-
-    def reserve(part: ReadPart) -> bool:
-        if room[0] < part.reserve_bytes:
-            return False
-        room[0] -= part.reserve_bytes
-        return True
-
-    assert [p.request_id for p in r.admit(reserve)] == [0, 1]
+    buffer = CapacityPool(25.0, name="dram")
+    assert [p.request_id for p in r.admit(buffer)] == [0, 1]
+    assert buffer.holds(0) and buffer.holds(1) and buffer.used == 20.0
     assert r.read_q_tokens == 256
     r.finish(0)
-    assert r.admit(reserve) == []  # buffer full (5 bytes left): the head waits
-    room[0] += 10.0
-    assert [p.request_id for p in r.admit(reserve)] == [2]
+    assert r.admit(buffer) == []  # buffer full (5 bytes left): the head waits
+    buffer.release(0)
+    assert [p.request_id for p in r.admit(buffer)] == [2]
     r.check_invariants()
 
 

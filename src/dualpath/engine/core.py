@@ -310,7 +310,9 @@ class ClusterCore:
 
     def _on_assigned(self, a: Assignment) -> list[Command]:
         request = self._active[a.request_id]
-        if {self.node_of_engine(a.pe_engine), self.node_of_engine(a.de_engine)} & self.down:
+        if self.down and (
+            self.node_of_engine(a.pe_engine) in self.down or self.node_of_engine(a.de_engine) in self.down
+        ):
             # round robin deals PEs cluster-wide: a turn that fell on a dead node goes back to the queue
             return self._release_de(request) + self._requeue(request)
         pe = self._pe[a.pe_engine]
@@ -353,14 +355,7 @@ class ClusterCore:
             pool.reserve(request.request_id, need)
             wait.popleft()
             out += self._make_ready(request)
-
-        def reserve(part: ReadPart) -> bool:
-            if not pool.can_reserve(part.reserve_bytes):
-                return False
-            pool.reserve(part.request_id, part.reserve_bytes)
-            return True
-
-        for part in self.readers[node_id].admit(reserve):
+        for part in self.readers[node_id].admit(pool):
             request = self._active[part.request_id]
             request.phase = Phase.READING
             pe_side, start_tokens = self._read_part_start(request, node_id)

@@ -11,17 +11,30 @@ more reads and delay every one of them. The head blocks the queue when the buffe
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
-from typing import Final, NamedTuple
+from typing import Final
+
+from dualpath.engine.buffers import CapacityPool
+from dualpath.records import fields_repr
 
 DEFAULT_MAX_INFLIGHT_READS: Final = 2
 
 
-class ReadPart(NamedTuple):
-    request_id: int
-    node_id: int
-    tokens: int  # hit tokens this node reads for the request
-    reserve_bytes: float  # DRAM buffer this part needs (its KV, plus landing space on a DE)
+_READ_PART_FIELDS = ("request_id", "node_id", "tokens", "reserve_bytes")  # slots and repr
+
+
+class ReadPart:
+    """One node's share of a request's hit read (a plain slotted record: see `EngineLoad`)."""
+
+    __slots__ = _READ_PART_FIELDS
+
+    def __init__(self, *, request_id: int, node_id: int, tokens: int, reserve_bytes: float) -> None:
+        self.request_id = request_id
+        self.node_id = node_id
+        self.tokens = tokens  # hit tokens this node reads for the request
+        self.reserve_bytes = reserve_bytes  # DRAM buffer this part needs (its KV, plus landing space on a DE)
+
+    def __repr__(self) -> str:
+        return fields_repr(self, _READ_PART_FIELDS)
 
 
 class StorageReader:
@@ -36,12 +49,15 @@ class StorageReader:
         self._queue.append(part)
         self.read_q_tokens += part.tokens
 
-    def admit(self, can_reserve: Callable[[ReadPart], bool]) -> list[ReadPart]:
-        """Parts to start now, FIFO; `can_reserve` reserves the buffer and says whether it could."""
+    def admit(self, buffer: CapacityPool) -> list[ReadPart]:
+        """Parts to start now, FIFO, each with its `reserve_bytes` reserved in the node's DRAM `buffer`
+        (owned by its request); the head waits while the buffer cannot hold it."""
         started: list[ReadPart] = []
         while self._queue and len(self._inflight) < self.max_inflight_reads:
-            if not can_reserve(self._queue[0]):
+            head = self._queue[0]
+            if not buffer.can_reserve(head.reserve_bytes):
                 break
+            buffer.reserve(head.request_id, head.reserve_bytes)
             part = self._queue.popleft()
             self._inflight[part.request_id] = part
             started.append(part)
