@@ -25,17 +25,19 @@ def test_assignments_are_equal_by_every_field() -> None:
 
 
 def test_batch_decisions_and_logs_compare_by_value() -> None:
-    items = (BatchItem(request_id=7, cached_tokens=64, new_tokens=16),)
-    b = BatchDecision(pe_engine=2, items=items)
-    assert b == BatchDecision(pe_engine=2, items=tuple(items)) and hash(b) == hash(
-        BatchDecision(pe_engine=2, items=items)
+    def items() -> tuple[BatchItem, ...]:  # fresh records each time: equal by value, not by identity
+        return (BatchItem(request_id=7, cached_tokens=64, new_tokens=16),)
+
+    b = BatchDecision(pe_engine=2, items=items())
+    assert b == BatchDecision(pe_engine=2, items=items()) and hash(b) == hash(
+        BatchDecision(pe_engine=2, items=items())
     )
-    assert b != BatchDecision(pe_engine=3, items=items)
+    assert b != BatchDecision(pe_engine=3, items=items())
     assert b != BatchDecision(pe_engine=2, items=(BatchItem(request_id=7, cached_tokens=64, new_tokens=8),))
     one, two = DecisionLog(), DecisionLog()
     for log in (one, two):
         log.record(_assignment())
-        log.record(BatchDecision(pe_engine=2, items=items))
+        log.record(BatchDecision(pe_engine=2, items=items()))
     assert one.per_engine() == two.per_engine()
     two.record(_assignment(request_id=8))
     assert one.per_engine() != two.per_engine()

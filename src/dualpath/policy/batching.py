@@ -8,7 +8,9 @@ The remainder of a chunked request stays at the queue head.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from typing import Final, NamedTuple
+from typing import Final
+
+from dualpath.records import fields_repr
 
 # Predicted attention time of ONE layer on one GPU for a list of (cached_tokens, new_tokens).
 # The simulator passes its cost model's `attention_layer_time_s`; the runtime a fitted one.
@@ -19,16 +21,48 @@ AttentionTimeFn = Callable[[Sequence[tuple[int, int]]], float]
 DEFAULT_MAX_BATCH_NEW_TOKENS: Final = 8192
 
 
-class PrefillWork(NamedTuple):
-    request_id: int
-    cached_tokens: int
-    remaining_tokens: int
+_PREFILL_WORK_FIELDS = ("request_id", "cached_tokens", "remaining_tokens")  # slots and repr
+_BATCH_ITEM_FIELDS = ("request_id", "cached_tokens", "new_tokens")
 
 
-class BatchItem(NamedTuple):
-    request_id: int
-    cached_tokens: int
-    new_tokens: int  # bsz of §6.4
+class PrefillWork:
+    """A ready request as packing sees it. A plain slotted record, not a NamedTuple: a NamedTuple's
+    `__new__` stays interpreted in the native build, and every step makes one per request it looks at."""
+
+    __slots__ = _PREFILL_WORK_FIELDS
+
+    def __init__(self, *, request_id: int, cached_tokens: int, remaining_tokens: int) -> None:
+        self.request_id = request_id
+        self.cached_tokens = cached_tokens
+        self.remaining_tokens = remaining_tokens
+
+    def __repr__(self) -> str:
+        return fields_repr(self, _PREFILL_WORK_FIELDS)
+
+
+class BatchItem:
+    """One request's share of a forward; compared by value (it is part of a `BatchDecision`)."""
+
+    __slots__ = _BATCH_ITEM_FIELDS
+
+    def __init__(self, *, request_id: int, cached_tokens: int, new_tokens: int) -> None:
+        self.request_id = request_id
+        self.cached_tokens = cached_tokens
+        self.new_tokens = new_tokens  # bsz of §6.4
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, BatchItem)
+            and self.request_id == other.request_id
+            and self.cached_tokens == other.cached_tokens
+            and self.new_tokens == other.new_tokens
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.request_id, self.cached_tokens, self.new_tokens))
+
+    def __repr__(self) -> str:
+        return fields_repr(self, _BATCH_ITEM_FIELDS)
 
 
 def pack_by_compute_quota(
@@ -41,13 +75,16 @@ def pack_by_compute_quota(
     the head request overflows an empty batch, that one token runs alone.
     """
     batch: list[BatchItem] = []
+    # The batch so far plus the pair being tried: one list, extended and shrunk in place (the predictors
+    # read it during the call only), not a copy per probe.
     pairs: list[tuple[int, int]] = []
     for work in queue:
         whole = (work.cached_tokens, work.remaining_tokens)
-        if attention_time_s([*pairs, whole]) <= quota_s:
+        pairs.append(whole)
+        if attention_time_s(pairs) <= quota_s:
             batch.append(BatchItem(request_id=work.request_id, cached_tokens=whole[0], new_tokens=whole[1]))
-            pairs.append(whole)
             continue
+        pairs.pop()
         bsz = largest_fitting_bsz(work, pairs, attention_time_s=attention_time_s, quota_s=quota_s)
         if bsz == 0 and not batch:
             bsz = 1
@@ -60,13 +97,17 @@ def pack_by_compute_quota(
 
 
 def largest_fitting_bsz(
-    work: PrefillWork, pairs: Sequence[tuple[int, int]], *, attention_time_s: AttentionTimeFn, quota_s: float
+    work: PrefillWork, pairs: list[tuple[int, int]], *, attention_time_s: AttentionTimeFn, quota_s: float
 ) -> int:
-    """Binary search for the largest bsz' in [0, remaining) with predicted time <= quota."""
+    """Binary search for the largest bsz' in [0, remaining) with predicted time <= quota (each probe
+    appends its pair to `pairs` and takes it off again: `pairs` is as it was on return)."""
     lo, hi = 0, work.remaining_tokens - 1  # invariant: lo fits (0 trivially), anything > hi overflows
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        if attention_time_s([*pairs, (work.cached_tokens, mid)]) <= quota_s:
+        pairs.append((work.cached_tokens, mid))
+        fits = attention_time_s(pairs) <= quota_s
+        pairs.pop()
+        if fits:
             lo = mid
         else:
             hi = mid - 1
