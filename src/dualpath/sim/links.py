@@ -488,16 +488,16 @@ class LinkNetwork:
             g.dirty = False
         mixed = self._num_high > 0 and self._num_low > 0
         # Two classes (or the first update after them): exact three-pass WRR on the whole component.
-        rates = self._two_class(dirty) if mixed or self._was_mixed else self._incremental(dirty)
+        refilled = self._two_class(dirty) if mixed or self._was_mixed else self._incremental(dirty)
         self._was_mixed = mixed
-        if rates:
+        if refilled:
             self.recomputes += 1
         for link in self._before_touched:
             link.sat_before = 0
         self._before_touched.clear()
-        self._apply(rates, dirty)
+        self._apply(refilled, dirty)
 
-    def _incremental(self, dirty: list[FlowGroup]) -> dict[FlowGroup, float]:
+    def _incremental(self, dirty: list[FlowGroup]) -> list[FlowGroup]:
         """NOTE: single-class max-min, re-filling only the groups a change can reach.
 
             refilled = dirty groups + the groups bottlenecked on their links (saturated, fastest there)
@@ -506,6 +506,7 @@ class LinkNetwork:
 
         The result meets the bottleneck condition everywhere, so it is *the* max-min allocation (unique),
         the same as re-filling the whole component; typically only a few groups are touched.
+        Returns the re-filled groups, each with its new rate in `fill_rate`.
         """
         refilled: dict[FlowGroup, None] = {}
         touched = self._before_touched
@@ -516,19 +517,20 @@ class LinkNetwork:
                 if was_saturated(link, touched):
                     bottlenecked_on(link, refilled)
         if not refilled:
-            return {}
+            return []
         while True:
-            rates = fill(refilled, None)  # within what the other groups leave
-            grow = find_violations(refilled, rates, touched)
+            frozen = fill(refilled, None)  # within what the other groups leave
+            grow = find_violations(refilled, touched)
             if not grow:
-                return rates
+                return frozen
             refilled.update(grow)
 
-    def _two_class(self, dirty: list[FlowGroup]) -> dict[FlowGroup, float]:
-        """Paper §5.1 WRR over the dirty groups' connected component (module docstring: three passes)."""
+    def _two_class(self, dirty: list[FlowGroup]) -> list[FlowGroup]:
+        """Paper §5.1 WRR over the dirty groups' connected component (module docstring: three passes).
+        Returns the component's groups, each with its new rate in `fill_rate`."""
         groups = _component(dirty)
         if not groups:
-            return {}
+            return []
         free: dict[Link, float] = {}
         for g in groups:
             for link in g.path:
@@ -537,32 +539,36 @@ class LinkNetwork:
         low = {g: None for g in groups if not g.high}
         if not high or not low:
             frozen_at: dict[FlowGroup, Link] = {}
-            rates = fill(groups, free, frozen_at)
+            frozen = fill(groups, free, frozen_at)
             for g, link in frozen_at.items():  # plain max-min: valid bottlenecks for the fast path
                 set_bottleneck(g, link)
-            return rates
+            return frozen
         low_links = {link for g in low for link in g.path}
         share = self.high_priority_share
         high_free = {link: cap * share if link in low_links else cap for link, cap in free.items()}
-        rates = fill(high, high_free)
+        rates = _rates(fill(high, high_free))
         for g, r in rates.items():
             for link in g.path:
                 free[link] -= g.num_flows * r
-        low_rates = fill(low, dict(free))
+        low_rates = _rates(fill(low, dict(free)))
         for g, r in low_rates.items():
             for link in g.path:
                 free[link] -= g.num_flows * r
         extra = fill(high, {link: max(0.0, f) for link, f in free.items()})  # work conservation
-        for g, r in extra.items():
-            rates[g] += r
+        for g in extra:
+            rates[g] += g.fill_rate
         rates.update(low_rates)
-        return rates
+        for g, r in rates.items():
+            g.fill_rate = r
+        return list(rates)
 
-    def _apply(self, rates: dict[FlowGroup, float], dirty: list[FlowGroup]) -> None:
-        """Set the new rates (links settle their bytes first) and move the groups' completion events."""
+    def _apply(self, refilled: list[FlowGroup], dirty: list[FlowGroup]) -> None:
+        """Set the re-filled groups' new rates, their `fill_rate` (links settle their bytes first), and
+        move the groups' completion events."""
         now_s = self.sim.now_s
         changed: dict[FlowGroup, None] = {}
-        for g, new in rates.items():
+        for g in refilled:
+            new = g.fill_rate
             old = g.rate
             if old > 0.0 and abs(new - old) <= _RATE_RTOL * old:
                 continue
@@ -622,6 +628,11 @@ class LinkNetwork:
         delay_s = (tag - vtime) / rate
         g.handle_tag = tag
         g.handle = self.sim.schedule(delay_s if delay_s > 0.0 else 0.0, self._group_due_callback, g)
+
+
+def _rates(groups: list[FlowGroup]) -> dict[FlowGroup, float]:
+    """A fill's result as a dict (the two-class passes combine several fills of the same groups)."""
+    return {g: g.fill_rate for g in groups}
 
 
 def _component(seeds: list[FlowGroup]) -> dict[FlowGroup, None]:

@@ -43,6 +43,7 @@ class FlowGroup:
         "handle_tag",
         "bottleneck",
         "fill_frozen",
+        "fill_rate",
         "dirty",
     )
 
@@ -58,6 +59,7 @@ class FlowGroup:
         self.handle_tag = -1.0  # finish tag the handle was scheduled for, at the current rate
         self.bottleneck: Link | None = None  # a link where it is saturated and fastest (single class)
         self.fill_frozen = False  # scratch of `fill`: frozen in the fill running now (False between fills)
+        self.fill_rate = 0.0  # the per-flow rate the last `fill` that included this group gave it
         self.dirty = False  # changed in this instant: its rate update is pending (`LinkNetwork._mark_dirty`)
 
     def settle(self, now_s: float) -> None:
@@ -76,8 +78,11 @@ def fill(
     groups: dict[FlowGroup, None],
     residual: dict[Link, float] | None,
     frozen_at: dict[FlowGroup, Link] | None = None,
-) -> dict[FlowGroup, float]:
+) -> list[FlowGroup]:
     """Progressive filling: max-min fair per-flow rates for `groups` within `residual` bytes/s per link.
+
+    Returns the groups in the order they froze, each with its rate in `fill_rate` (a field, not a dict
+    of rates: no float object and no hashing per group).
 
     Every link of every group must be a key of `residual` (read, not modified). None: each link's
     capacity less what the groups not in `groups` use now, taken from the link's aggregate rate (kept
@@ -100,7 +105,8 @@ def fill(
         best = least / g.num_flows
         if frozen_at is not None:
             frozen_at[g] = link
-        return {g: best if best > 0.0 else 0.0}
+        g.fill_rate = best if best > 0.0 else 0.0
+        return [g]
     # NOTE: the fill's per-link state (unfrozen flows, residual, groups to fill) lives in scratch fields
     # of the links themselves (`Link.fill_*`), not in dicts keyed by link: the fill is most of a rate
     # update, and a field is read without hashing. Between fills every `fill_count` is 0 (a link leaves
@@ -128,9 +134,9 @@ def fill(
             if link.fill_residual < 0.0:
                 link.fill_residual = 0.0
     if len(order) > _HEAP_FILL_LINKS:
-        rates = _fill_with_heap(order, frozen_at)
+        frozen = _fill_with_heap(order, frozen_at)
     else:
-        rates = {}  # also the set of frozen groups
+        frozen = []
         # Every group crosses a link of `order` with unfrozen flows until it is frozen (num_flows > 0),
         # so this runs until all are.
         while True:
@@ -145,28 +151,29 @@ def fill(
                         best, bottleneck = fair, link
             if bottleneck is None:
                 break
-            _freeze(bottleneck, best if best > 0.0 else 0.0, rates, frozen_at, None)
+            _freeze(bottleneck, best if best > 0.0 else 0.0, frozen, frozen_at, None)
     for link in order:
         link.fill_members.clear()
-    for g in rates:
+    for g in frozen:
         g.fill_frozen = False
-    return rates
+    return frozen
 
 
 def _freeze(
     bottleneck: Link,
     best: float,
-    rates: dict[FlowGroup, float],
+    frozen: list[FlowGroup],
     frozen_at: dict[FlowGroup, Link] | None,
     touched: dict[Link, None] | None,
 ) -> None:
-    """Freeze the bottleneck's unfrozen groups at `best`; their links lose their flows and share.
-    `touched`, if given, receives the links still unfrozen whose share changed."""
+    """Freeze the bottleneck's unfrozen groups at `best` (appended to `frozen`); their links lose their
+    flows and share. `touched`, if given, receives the links still unfrozen whose share changed."""
     for g in bottleneck.fill_members:
         if g.fill_frozen:
             continue
         g.fill_frozen = True
-        rates[g] = best
+        g.fill_rate = best
+        frozen.append(g)
         if frozen_at is not None:
             frozen_at[g] = bottleneck
         n = g.num_flows
@@ -182,7 +189,7 @@ def _freeze(
                     touched.pop(link, None)
 
 
-def _fill_with_heap(order: list[Link], frozen_at: dict[FlowGroup, Link] | None) -> dict[FlowGroup, float]:
+def _fill_with_heap(order: list[Link], frozen_at: dict[FlowGroup, Link] | None) -> list[FlowGroup]:
     """`fill`'s loop for large sets (a cluster of tens of nodes re-fills 100+ groups over as many links):
     the same choices, the link with the smallest fair share first and the earlier link on a tie, from a
     heap of (fair share, link order) entries; an entry is stale once its link's share changed."""
@@ -191,18 +198,18 @@ def _fill_with_heap(order: list[Link], frozen_at: dict[FlowGroup, Link] | None) 
         link.fill_order = i
         heap.append((link.fill_residual / link.fill_count, i, link))
     heapq.heapify(heap)
-    rates: dict[FlowGroup, float] = {}
+    frozen: list[FlowGroup] = []
     while heap:
         fair, _, bottleneck = heapq.heappop(heap)
         n_left = bottleneck.fill_count
         if n_left == 0 or bottleneck.fill_residual / n_left != fair:
             continue  # stale: the link left, or its share changed and a fresh entry was pushed
         touched: dict[Link, None] = {}
-        _freeze(bottleneck, fair if fair > 0.0 else 0.0, rates, frozen_at, touched)
+        _freeze(bottleneck, fair if fair > 0.0 else 0.0, frozen, frozen_at, touched)
         for link in touched:
             if link.fill_count:
                 heapq.heappush(heap, (link.fill_residual / link.fill_count, link.fill_order, link))
-    return rates
+    return frozen
 
 
 # Above this many links in a re-filled set, `fill` keeps its candidates in a heap; below, the linear scan
@@ -224,10 +231,11 @@ def set_bottleneck(g: FlowGroup, link: Link | None) -> None:
     g.bottleneck = link
 
 
-def _top_rate(link: Link, rates: dict[FlowGroup, float]) -> float:
+def _top_rate(link: Link, refilled: dict[FlowGroup, None]) -> float:
+    """Largest per-flow rate on `link` with the re-filled groups at their new rates (`fill_rate`)."""
     top = 0.0
     for g in link.groups:
-        r = rates.get(g, g.rate)
+        r = g.fill_rate if g in refilled else g.rate
         if r > top:
             top = r
     return top
@@ -272,10 +280,9 @@ def was_saturated(link: Link, touched: list[Link]) -> bool:
     return state == _SAT
 
 
-def find_violations(
-    refilled: dict[FlowGroup, None], rates: dict[FlowGroup, float], before_touched: list[Link]
-) -> dict[FlowGroup, None]:
+def find_violations(refilled: dict[FlowGroup, None], before_touched: list[Link]) -> dict[FlowGroup, None]:
     """Groups to add to `refilled` so that re-filling can restore the bottleneck condition (empty: none).
+    The re-filled groups' new rates are their `fill_rate` (`fill` over `refilled`).
 
     Only groups whose condition can have changed are checked: the re-filled ones, and the others on a
     link the re-filled ones cross that was or is saturated (an unsaturated link is nobody's bottleneck,
@@ -289,7 +296,7 @@ def find_violations(
     tol = 1.0 - SAT_RTOL
     new_links: list[Link] = []  # links the re-filled groups cross (`vio_load`: load with the new rates)
     for g in refilled:
-        change = g.num_flows * (rates[g] - g.rate)
+        change = g.num_flows * (g.fill_rate - g.rate)
         for link in g.path:
             if link.vio_new:
                 link.vio_load += change
@@ -306,7 +313,7 @@ def find_violations(
     others: list[Link] = []  # links outside `new_links` whose scratch fields were set
     grow: dict[FlowGroup, None] = {}
     for g in candidates:
-        r = rates.get(g, g.rate)
+        r = g.fill_rate if g in refilled else g.rate
         found = None
         for link in g.path:
             known = link.vio_sat
@@ -320,7 +327,7 @@ def find_violations(
             t = link.vio_top
             if t < 0.0:
                 # Only the re-filled groups have new rates, and they cross only the links of `new_links`.
-                t = link.vio_top = _top_rate(link, rates) if link.vio_new else cached_top_rate(link)
+                t = link.vio_top = _top_rate(link, refilled) if link.vio_new else cached_top_rate(link)
             if r >= t * tol:
                 found = link
                 break
@@ -339,7 +346,7 @@ def find_violations(
             if link.vio_sat != _SAT:
                 continue
             for h in link.groups:
-                if h not in refilled and rates.get(h, h.rate) * tol > r:
+                if h not in refilled and h.rate * tol > r:
                     give_way[h] = None
         if not give_way:
             for link in g.path:
