@@ -16,6 +16,7 @@ holds everywhere (see `LinkNetwork._incremental`).
 from __future__ import annotations
 
 import heapq
+import math
 from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
@@ -26,6 +27,8 @@ if TYPE_CHECKING:
 # largest on a link is the largest. Looser than the network's 1e-9 rescheduling tolerance, so rates kept
 # unchanged by that tolerance never look like violations.
 SAT_RTOL: Final = 1e-8
+# Infinity as a compiled constant: `float("inf")` in a loop parses the string on every pass in the native build.
+_INF: Final = math.inf
 
 
 class FlowGroup:
@@ -142,7 +145,7 @@ def fill(
         while True:
             # A linear scan: faster than a heap below _HEAP_FILL_LINKS links.
             bottleneck = None
-            best = float("inf")
+            best = _INF
             for link in order:
                 n = link.fill_count
                 if n:
