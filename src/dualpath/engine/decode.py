@@ -16,9 +16,14 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass, field
+from typing import Final
 
 from dualpath.records import fields_repr
 from dualpath.request import Request
+
+# `heapq`'s functions as compiled constants: a call through the module looks the name up in its dict.
+_heappush: Final = heapq.heappush
+_heappop: Final = heapq.heappop
 
 
 @dataclass
@@ -115,7 +120,7 @@ class DecodeNode:
             self._join_step[request.request_id] = (self.steps_done, request.generated_tokens)
             self._add_event(self._next_event_step(request), request)
             last = self.steps_done + max(1, request.gen_tokens - request.generated_tokens)
-            heapq.heappush(self._finish_heap, (last, request.request_id))
+            _heappush(self._finish_heap, (last, request.request_id))
         self.joining.clear()
         return bool(self._join_step)
 
@@ -144,14 +149,15 @@ class DecodeNode:
         events: list[DecodeEvent] = []
         event_steps, calendar = self._event_steps, self._events
         while event_steps and event_steps[0] <= self.steps_done:
-            step = heapq.heappop(event_steps)
+            step = _heappop(event_steps)
             due = calendar.pop(step)
-            due.sort()  # by request id (ids are unique, so requests are never compared)
+            if len(due) > 1:
+                due.sort()  # by request id (ids are unique, so requests are never compared)
             for _, request in due:
                 events.append(self._process(request, step))
         finish = self._finish_heap
         while finish and finish[0][0] <= self.steps_done:
-            heapq.heappop(finish)
+            _heappop(finish)
         return events
 
     def shorten(self, request: Request) -> None:
@@ -176,7 +182,7 @@ class DecodeNode:
                     heapq.heapify(self._event_steps)
                 self._add_event(last, request)
             break
-        heapq.heappush(self._finish_heap, (last, request.request_id))
+        _heappush(self._finish_heap, (last, request.request_id))
 
     def _process(self, request: Request, step: int) -> DecodeEvent:
         join_step, gen_at_join = self._join_step[request.request_id]
@@ -210,7 +216,7 @@ class DecodeNode:
         due = self._events.get(step)
         if due is None:
             self._events[step] = [(request.request_id, request)]
-            heapq.heappush(self._event_steps, step)
+            _heappush(self._event_steps, step)
         else:
             due.append((request.request_id, request))
 

@@ -43,6 +43,8 @@ SAMPLE_INTERVAL_S: Final = 1.0  # queue-length samples for `-o DIR` plots
 # Fig. 13 compares SNIC read traffic "within a small window" (§7.5): bytes read per SNIC are sampled at the
 # first read event at or after each multiple of this (no events of their own; module `_snic_sample`).
 SNIC_WINDOW_S: Final = 10.0
+# Not yet happened, as a compiled constant (`math.nan` is two dict lookups; a request's times start with eight).
+_NAN: Final = math.nan
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -138,16 +140,16 @@ class RequestTimes:
         self.pe_read_tokens = 0
         self.de_read_tokens = 0
         self.arrival_s = arrival_s
-        self.scheduled_s = math.nan  # assigned to a (PE, DE) pair
-        self.read_start_s = math.nan  # its first storage read started
-        self.read_end_s = math.nan  # its last storage read finished
-        self.prefill_start_s = math.nan  # its first forward started
+        self.scheduled_s = _NAN  # assigned to a (PE, DE) pair
+        self.read_start_s = _NAN  # its first storage read started
+        self.read_end_s = _NAN  # its last storage read finished
+        self.prefill_start_s = _NAN  # its first forward started
         self.pe_engine = -1
         self.de_engine = -1
-        self.first_token_s = math.nan
-        self.second_token_s = math.nan
-        self.last_token_s = math.nan
-        self.done_s = math.nan
+        self.first_token_s = _NAN
+        self.second_token_s = _NAN
+        self.last_token_s = _NAN
+        self.done_s = _NAN
 
     def __repr__(self) -> str:
         return fields_repr(self, _REQUEST_TIMES_FIELDS)

@@ -70,6 +70,10 @@ EventHandle = Event
 # ones: small heaps (a 2P4D run holds ≈ 50 entries) are cheaper to pop through than to rebuild.
 COMPACT_MIN_DEAD: Final = 128
 
+# `heapq`'s functions as compiled constants: a call through the module looks the name up in its dict.
+_heappush: Final = heapq.heappush
+_heappop: Final = heapq.heappop
+
 
 class Simulator:
     """A deterministic event loop on virtual time (seconds)."""
@@ -105,7 +109,7 @@ class Simulator:
             raise ValueError(f"cannot schedule {delay_s} s in the past")
         self._seq += 1
         entry = Event(self.now_s + delay_s, priority, self._seq, callback, args)
-        heapq.heappush(self._heap, entry)
+        _heappush(self._heap, entry)
         return entry
 
     def schedule_at(
@@ -116,7 +120,7 @@ class Simulator:
             raise ValueError(f"cannot schedule at {time_s} s, now is {self.now_s} s")
         self._seq += 1
         entry = Event(time_s, priority, self._seq, callback, args)
-        heapq.heappush(self._heap, entry)
+        _heappush(self._heap, entry)
         return entry
 
     def at_instant_end(self, callback: Callable[[], object]) -> None:
@@ -162,7 +166,7 @@ class Simulator:
             return self.now_s
         heap = self._heap
         while heap and heap[0].callback is None:
-            heapq.heappop(heap)
+            _heappop(heap)
             self._dead -= 1
         return heap[0].time_s if heap else None
 
@@ -182,7 +186,7 @@ class Simulator:
         budget = -1 if max_events is None else max_events
         progress, every = self._progress, self._progress_every
         countdown = every if progress is not None else -1
-        heap, pop = self._heap, heapq.heappop
+        heap, pop = self._heap, _heappop
         ran = 0
         processed = (
             self.events_processed

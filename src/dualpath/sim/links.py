@@ -50,6 +50,9 @@ from dualpath.sim.links_fill import (
 RATE_UPDATE_PRIORITY: Final = 1 << 30
 # Two rates closer than this (relative) are the same rate: avoids rescheduling completions for noise.
 _RATE_RTOL: Final = 1e-9
+# `heapq`'s functions as compiled constants: a call through the module looks the name up in its dict.
+_heappush: Final = heapq.heappush
+_heappop: Final = heapq.heappop
 
 
 class TrafficClass(IntEnum):
@@ -370,7 +373,7 @@ class LinkNetwork:
         self._seq += 1
         flow._group = group
         tag = flow._tag = group.vtime_bytes + flow.size_bytes
-        heapq.heappush(group.heap, (tag, self._seq, flow))
+        _heappush(group.heap, (tag, self._seq, flow))
         for link in path:
             link.num_flows += 1
             if rate > 0.0:
@@ -457,7 +460,7 @@ class LinkNetwork:
         heap = group.heap
         finished = []
         while heap and heap[0][0] <= group.vtime_bytes:
-            flow = heapq.heappop(heap)[2]
+            flow = _heappop(heap)[2]
             if flow.active:
                 finished.append(flow)
         for flow in finished:
@@ -610,7 +613,7 @@ class LinkNetwork:
     def _reschedule(self, g: FlowGroup, now_s: float, rate_changed: bool) -> None:
         heap = g.heap
         while heap and not heap[0][2].active:  # drop aborted flows from the top (FlowGroup.top)
-            heapq.heappop(heap)
+            _heappop(heap)
         handle = g.handle
         if not heap:
             if handle is not None:

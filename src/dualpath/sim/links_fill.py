@@ -29,6 +29,9 @@ if TYPE_CHECKING:
 SAT_RTOL: Final = 1e-8
 # Infinity as a compiled constant: `float("inf")` in a loop parses the string on every pass in the native build.
 _INF: Final = math.inf
+# `heapq`'s functions as compiled constants: a call through the module looks the name up in its dict.
+_heappush: Final = heapq.heappush
+_heappop: Final = heapq.heappop
 
 
 class FlowGroup:
@@ -73,7 +76,7 @@ class FlowGroup:
         """The live entry with the smallest finish tag (drops aborted flows from the top)."""
         heap = self.heap
         while heap and not heap[0][2].active:
-            heapq.heappop(heap)
+            _heappop(heap)
         return heap[0] if heap else None
 
 
@@ -203,7 +206,7 @@ def _fill_with_heap(order: list[Link], frozen_at: dict[FlowGroup, Link] | None) 
     heapq.heapify(heap)
     frozen: list[FlowGroup] = []
     while heap:
-        fair, _, bottleneck = heapq.heappop(heap)
+        fair, _, bottleneck = _heappop(heap)
         n_left = bottleneck.fill_count
         if n_left == 0 or bottleneck.fill_residual / n_left != fair:
             continue  # stale: the link left, or its share changed and a fresh entry was pushed
@@ -211,7 +214,7 @@ def _fill_with_heap(order: list[Link], frozen_at: dict[FlowGroup, Link] | None) 
         _freeze(bottleneck, fair if fair > 0.0 else 0.0, frozen, frozen_at, touched)
         for link in touched:
             if link.fill_count:
-                heapq.heappush(heap, (link.fill_residual / link.fill_count, link.fill_order, link))
+                _heappush(heap, (link.fill_residual / link.fill_count, link.fill_order, link))
     return frozen
 
 
