@@ -14,6 +14,7 @@ Token accounting of one request::
 from __future__ import annotations
 
 import enum
+from typing import Final
 
 from dualpath.records import fields_repr
 
@@ -48,7 +49,13 @@ _FIELDS = (
     "generated_tokens",
     "persisted_tokens",
     "parts_reading",
+    "persists_in_flight",
+    "dram_holds",
 )
+
+
+# `Request.dram_holds` before the request's KV reached its DE buffer, and once the buffer is released.
+NO_DRAM_HOLD: Final = -1
 
 
 def hit_tokens_for(persisted_tokens: int, prompt_tokens: int, block_tokens: int) -> int:
@@ -109,6 +116,9 @@ class Request:
         self.generated_tokens = generated_tokens  # output tokens produced so far
         self.persisted_tokens = max(persisted_tokens, hit_tokens)  # prefix whose KV is in storage
         self.parts_reading = parts_reading  # storage reads (one per side) not yet finished
+        # The core's books on the request, kept on it (not in dicts by request id, looked up per event):
+        self.persists_in_flight = 0  # its `StartPersist` commands not yet done
+        self.dram_holds = NO_DRAM_HOLD  # H2D / prompt persist still reading its DE buffer landing
 
     def __repr__(self) -> str:
         return fields_repr(self, _FIELDS)

@@ -27,7 +27,7 @@ def test_each_record_shows_its_class_and_every_field_by_name() -> None:
         "DeCandidate(engine_id=3, node_id=1, seq=4, tok=10, free_hbm_tokens=9)"
     )
     assert repr(r).startswith("Request(request_id=7, trajectory_id=1, round_index=2, prompt_tokens=100, ")
-    assert repr(r).endswith("persisted_tokens=64, parts_reading=0)")
+    assert repr(r).endswith("persisted_tokens=64, parts_reading=0, persists_in_flight=0, dram_holds=-1)")
     event = DecodeEvent(
         request=r, step=3, second_token=True, persist_tokens=0, persisted_tokens=64, finished=False
     )

@@ -55,7 +55,7 @@ from dualpath.policy.pe_assign import overloaded
 from dualpath.policy.read_path import make_read_path_policy
 from dualpath.policy.scheduler import RequestScheduler
 from dualpath.policy.types import EngineLoad
-from dualpath.request import Phase, Request
+from dualpath.request import NO_DRAM_HOLD, Phase, Request
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -127,8 +127,6 @@ class ClusterCore:
             n: CapacityPool(config.dram_buffer_bytes, name=f"node{n}/dram_buffer") for n in range(p + d)
         }
         self._landing_wait: dict[int, deque[Request]] = {n: deque() for n in self.de_nodes}
-        self._dram_holds: dict[int, int] = {}  # request -> H2D / prompt-persist still reading DE buffer
-        self._persists: dict[int, int] = {}  # request -> persists in flight
         self._active: dict[int, Request] = {}  # submitted and not yet forgotten
         self._early_ends: dict[int, int] = {}  # request -> output tokens, ended before its DE placement
         self._fetches = 0
@@ -526,7 +524,7 @@ class ClusterCore:
         if new_blocks > 0:
             # Oracle too (§7.1: the same work, its I/O taking no time): the next round's hit needs them.
             holds += 0 if self.mode.skip_io else 1
-            self._persists[request.request_id] = self._persists.get(request.request_id, 0) + 1
+            request.persists_in_flight += 1
             out.append(
                 StartPersist(
                     de_engine=request.de_engine,
@@ -537,11 +535,11 @@ class ClusterCore:
                 )
             )
         if request.gen_tokens == 1:  # nothing to decode: token 1 was the last
-            self._dram_holds[request.request_id] = holds
+            request.dram_holds = holds
             return out + self._finish(request) + self._maybe_release_dram(request)
         if self.mode.skip_io:
             return out + self._join(request)
-        self._dram_holds[request.request_id] = holds + 1
+        request.dram_holds = holds + 1
         out.append(StartH2D(de_engine=request.de_engine, request_id=request.request_id,
                             tokens=request.prompt_tokens, hit_tokens=request.hit_tokens))  # fmt: skip
         return out
@@ -550,7 +548,7 @@ class ClusterCore:
         if request_id not in self._active:
             return []
         request = self._active[request_id]
-        self._dram_holds[request_id] -= 1
+        request.dram_holds -= 1
         return self._maybe_release_dram(request) + self._join(request)
 
     def _join(self, request: Request) -> list[Command]:
@@ -561,9 +559,9 @@ class ClusterCore:
         return [DecodeChanged(node_id=node.node_id)]
 
     def _maybe_release_dram(self, request: Request) -> list[Command]:
-        if self.mode.skip_io or self._dram_holds.get(request.request_id, 0) > 0:
+        if self.mode.skip_io or request.dram_holds > 0:
             return []
-        self._dram_holds.pop(request.request_id, None)
+        request.dram_holds = NO_DRAM_HOLD
         assert request.de_engine is not None
         de_node = self.node_of_engine(request.de_engine)
         if not self.buffers[de_node].holds(request.request_id):
@@ -610,7 +608,7 @@ class ClusterCore:
             if ev.second_token:
                 out.append(self._milestone(request, 2, steps_before_now=node.steps_done - ev.step))
             if ev.persist_tokens:
-                self._persists[request.request_id] = self._persists.get(request.request_id, 0) + 1
+                request.persists_in_flight += 1
                 out.append(
                     StartPersist(
                         de_engine=request.de_engine,
@@ -681,12 +679,12 @@ class ClusterCore:
         e.seq -= 1
         self._de_freed(e.node_id)
         request.phase = Phase.DONE
-        if self._persists.get(request.request_id, 0):
+        if request.persists_in_flight:
             return []
         return self._done(request)
 
     def _done(self, request: Request) -> list[Command]:
-        self._persists.pop(request.request_id, None)
+        request.persists_in_flight = 0
         self._maybe_forget(request)
         return [
             RequestDone(
@@ -700,21 +698,20 @@ class ClusterCore:
         ]
 
     def _maybe_forget(self, request: Request) -> None:
-        rid = request.request_id
-        if request.phase is Phase.DONE and rid not in self._persists and not self._dram_holds.get(rid, 0):
-            self._dram_holds.pop(rid, None)
-            self._active.pop(rid, None)
+        if request.phase is Phase.DONE and not request.persists_in_flight and request.dram_holds <= 0:
+            request.dram_holds = NO_DRAM_HOLD
+            self._active.pop(request.request_id, None)
 
     def on_persist_done(self, request_id: int, from_hbm: bool, now_s: float) -> list[Command]:
         if request_id not in self._active:
             return []
         request = self._active[request_id]
-        self._persists[request_id] -= 1
+        request.persists_in_flight -= 1
         out: list[Command] = []
         if not from_hbm and not self.mode.skip_io:  # oracle: no DE buffer holds the prompt
-            self._dram_holds[request_id] -= 1
+            request.dram_holds -= 1
             out += self._maybe_release_dram(request)
-        if request.phase is Phase.DONE and not self._persists[request_id]:
+        if request.phase is Phase.DONE and not request.persists_in_flight:
             out += self._done(request)
         return out
 
@@ -737,8 +734,8 @@ class ClusterCore:
             if not self._touches(request, node_id):
                 continue
             if request.phase is Phase.DONE:
-                self._persists.pop(request.request_id, None)
-                self._dram_holds.pop(request.request_id, None)
+                request.persists_in_flight = 0
+                request.dram_holds = NO_DRAM_HOLD
                 out += self._done(request)
                 continue
             replan.append(RequestView(request))
@@ -784,7 +781,7 @@ class ClusterCore:
         until its KV has left the PE (`_to_decode`: H2D and persists are the DE's)."""
         if request.de_engine is not None and self.node_of_engine(request.de_engine) == node_id:
             return True
-        past_pe = request.phase in (Phase.DECODING, Phase.DONE) or request.request_id in self._dram_holds
+        past_pe = request.phase in (Phase.DECODING, Phase.DONE) or request.dram_holds != NO_DRAM_HOLD
         pe = request.pe_engine
         return pe is not None and not past_pe and self.node_of_engine(pe) == node_id
 
@@ -794,8 +791,9 @@ class ClusterCore:
         rid = request.request_id
         self._active.pop(rid, None)
         self._fetch_wanted = True  # what it held (tok_e, HBM, queue places) is free
-        for books in (self._early_ends, self._persists, self._dram_holds):
-            books.pop(rid, None)
+        self._early_ends.pop(rid, None)
+        request.persists_in_flight = 0
+        request.dram_holds = NO_DRAM_HOLD
         if request.phase is Phase.QUEUED:
             self.scheduler.remove(rid)
         freed: set[int] = set()
