@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dualpath.policy.batching import BatchItem
 from dualpath.policy.decisions import Assignment, BatchDecision, DecisionLog
-from dualpath.policy.types import ReadSide
+from dualpath.policy.types import NodeReadState, ReadPlan, ReadSide
 
 
 def _assignment(**changes: int) -> Assignment:
@@ -41,3 +41,16 @@ def test_batch_decisions_and_logs_compare_by_value() -> None:
     assert one.per_engine() == two.per_engine()
     two.record(_assignment(request_id=8))
     assert one.per_engine() != two.per_engine()
+
+
+def test_read_states_and_plans_compare_by_value() -> None:
+    assert NodeReadState(10, 2.0) == NodeReadState(read_q_tokens=10, read_tokens_per_s=2.0)
+    assert NodeReadState(10, 2.0) != NodeReadState(11, 2.0) and NodeReadState(10, 2.0) != NodeReadState(
+        10, 3.0
+    )
+    assert len({ReadPlan(64, 0), ReadPlan(pe_read_tokens=64, de_read_tokens=0), ReadPlan(0, 64)}) == 2
+    assert ReadPlan(64, 0) != (64, 0)  # a record, not a tuple
+    assert (
+        repr(ReadPlan(0, 64)) == "ReadPlan(pe_read_tokens=0, de_read_tokens=64)"
+        and ReadPlan(0, 64).side is ReadSide.DE
+    )

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import Final
 
-from dualpath.records import fields_repr
+from dualpath.records import fields_key, fields_repr
 
 # Predicted attention time of ONE layer on one GPU for a list of (cached_tokens, new_tokens).
 # The simulator passes its cost model's `attention_layer_time_s`; the runtime a fitted one.
@@ -51,15 +51,12 @@ class BatchItem:
         self.new_tokens = new_tokens  # bsz of §6.4
 
     def __eq__(self, other: object) -> bool:
-        return (
-            isinstance(other, BatchItem)
-            and self.request_id == other.request_id
-            and self.cached_tokens == other.cached_tokens
-            and self.new_tokens == other.new_tokens
+        return isinstance(other, BatchItem) and fields_key(self, _BATCH_ITEM_FIELDS) == fields_key(
+            other, _BATCH_ITEM_FIELDS
         )
 
     def __hash__(self) -> int:
-        return hash((self.request_id, self.cached_tokens, self.new_tokens))
+        return hash(fields_key(self, _BATCH_ITEM_FIELDS))
 
     def __repr__(self) -> str:
         return fields_repr(self, _BATCH_ITEM_FIELDS)

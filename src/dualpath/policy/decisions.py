@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from dualpath.policy.batching import BatchItem
 from dualpath.policy.types import ReadSide
-from dualpath.records import fields_repr
+from dualpath.records import fields_key, fields_repr
 
 _ASSIGNMENT_FIELDS = ("request_id", "pe_engine", "de_engine", "pe_read_tokens", "de_read_tokens")
 _BATCH_DECISION_FIELDS = ("pe_engine", "items")
@@ -34,14 +34,13 @@ class Assignment:
         self.pe_read_tokens = pe_read_tokens
         self.de_read_tokens = de_read_tokens
 
-    def _key(self) -> tuple[int, int, int, int, int]:
-        return (self.request_id, self.pe_engine, self.de_engine, self.pe_read_tokens, self.de_read_tokens)
-
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Assignment) and self._key() == other._key()
+        return isinstance(other, Assignment) and fields_key(self, _ASSIGNMENT_FIELDS) == fields_key(
+            other, _ASSIGNMENT_FIELDS
+        )
 
     def __hash__(self) -> int:
-        return hash(self._key())
+        return hash(fields_key(self, _ASSIGNMENT_FIELDS))
 
     def __repr__(self) -> str:
         return fields_repr(self, _ASSIGNMENT_FIELDS)
@@ -64,14 +63,12 @@ class BatchDecision:
         self.items = items
 
     def __eq__(self, other: object) -> bool:
-        return (
-            isinstance(other, BatchDecision)
-            and self.pe_engine == other.pe_engine
-            and self.items == other.items
+        return isinstance(other, BatchDecision) and fields_key(self, _BATCH_DECISION_FIELDS) == fields_key(
+            other, _BATCH_DECISION_FIELDS
         )
 
     def __hash__(self) -> int:
-        return hash((self.pe_engine, self.items))
+        return hash(fields_key(self, _BATCH_DECISION_FIELDS))
 
     def __repr__(self) -> str:
         return fields_repr(self, _BATCH_DECISION_FIELDS)

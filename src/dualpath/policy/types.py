@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 
-from dualpath.records import fields_repr
+from dualpath.records import fields_key, fields_repr
 
 # Each record's fields, once: its slots and its repr.
 _ENGINE_LOAD_FIELDS = (
@@ -77,14 +77,12 @@ class NodeReadState:
         self.read_tokens_per_s = read_tokens_per_s  # how fast this node's storage path drains its queue
 
     def __eq__(self, other: object) -> bool:
-        return (
-            isinstance(other, NodeReadState)
-            and self.read_q_tokens == other.read_q_tokens
-            and self.read_tokens_per_s == other.read_tokens_per_s
+        return isinstance(other, NodeReadState) and fields_key(self, _NODE_READ_STATE_FIELDS) == fields_key(
+            other, _NODE_READ_STATE_FIELDS
         )
 
     def __hash__(self) -> int:
-        return hash((self.read_q_tokens, self.read_tokens_per_s))
+        return hash(fields_key(self, _NODE_READ_STATE_FIELDS))
 
     def __repr__(self) -> str:
         return fields_repr(self, _NODE_READ_STATE_FIELDS)
@@ -101,14 +99,12 @@ class ReadPlan:
         self.de_read_tokens = de_read_tokens
 
     def __eq__(self, other: object) -> bool:
-        return (
-            isinstance(other, ReadPlan)
-            and self.pe_read_tokens == other.pe_read_tokens
-            and self.de_read_tokens == other.de_read_tokens
+        return isinstance(other, ReadPlan) and fields_key(self, _READ_PLAN_FIELDS) == fields_key(
+            other, _READ_PLAN_FIELDS
         )
 
     def __hash__(self) -> int:
-        return hash((self.pe_read_tokens, self.de_read_tokens))
+        return hash(fields_key(self, _READ_PLAN_FIELDS))
 
     def __repr__(self) -> str:
         return fields_repr(self, _READ_PLAN_FIELDS)
