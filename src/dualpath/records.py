@@ -20,3 +20,8 @@ def fields_repr(record: object, fields: Iterable[str]) -> str:
 def fields_key(record: object, fields: Iterable[str]) -> tuple[object, ...]:
     """The values of `fields` in order: what a record compared by value compares and hashes."""
     return tuple(getattr(record, name) for name in fields)
+
+
+def fields_equal(record: object, other: object, fields: Iterable[str]) -> bool:
+    """`record == other` for a record compared by value: the same class and the same `fields` values."""
+    return type(other) is type(record) and fields_key(record, fields) == fields_key(other, fields)

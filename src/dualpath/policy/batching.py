@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import Final
 
-from dualpath.records import fields_key, fields_repr
+from dualpath.records import fields_equal, fields_key, fields_repr
 
 # Predicted attention time of ONE layer on one GPU for a list of (cached_tokens, new_tokens).
 # The simulator passes its cost model's `attention_layer_time_s`; the runtime a fitted one.
@@ -51,9 +51,7 @@ class BatchItem:
         self.new_tokens = new_tokens  # bsz of §6.4
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, BatchItem) and fields_key(self, _BATCH_ITEM_FIELDS) == fields_key(
-            other, _BATCH_ITEM_FIELDS
-        )
+        return fields_equal(self, other, _BATCH_ITEM_FIELDS)
 
     def __hash__(self) -> int:
         return hash(fields_key(self, _BATCH_ITEM_FIELDS))

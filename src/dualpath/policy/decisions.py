@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from dualpath.policy.batching import BatchItem
 from dualpath.policy.types import ReadSide
-from dualpath.records import fields_key, fields_repr
+from dualpath.records import fields_equal, fields_key, fields_repr
 
 _ASSIGNMENT_FIELDS = ("request_id", "pe_engine", "de_engine", "pe_read_tokens", "de_read_tokens")
 _BATCH_DECISION_FIELDS = ("pe_engine", "items")
@@ -35,9 +35,7 @@ class Assignment:
         self.de_read_tokens = de_read_tokens
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Assignment) and fields_key(self, _ASSIGNMENT_FIELDS) == fields_key(
-            other, _ASSIGNMENT_FIELDS
-        )
+        return fields_equal(self, other, _ASSIGNMENT_FIELDS)
 
     def __hash__(self) -> int:
         return hash(fields_key(self, _ASSIGNMENT_FIELDS))
@@ -63,9 +61,7 @@ class BatchDecision:
         self.items = items
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, BatchDecision) and fields_key(self, _BATCH_DECISION_FIELDS) == fields_key(
-            other, _BATCH_DECISION_FIELDS
-        )
+        return fields_equal(self, other, _BATCH_DECISION_FIELDS)
 
     def __hash__(self) -> int:
         return hash(fields_key(self, _BATCH_DECISION_FIELDS))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 
-from dualpath.records import fields_key, fields_repr
+from dualpath.records import fields_equal, fields_key, fields_repr
 
 # Each record's fields, once: its slots and its repr.
 _ENGINE_LOAD_FIELDS = (
@@ -77,9 +77,7 @@ class NodeReadState:
         self.read_tokens_per_s = read_tokens_per_s  # how fast this node's storage path drains its queue
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, NodeReadState) and fields_key(self, _NODE_READ_STATE_FIELDS) == fields_key(
-            other, _NODE_READ_STATE_FIELDS
-        )
+        return fields_equal(self, other, _NODE_READ_STATE_FIELDS)
 
     def __hash__(self) -> int:
         return hash(fields_key(self, _NODE_READ_STATE_FIELDS))
@@ -99,9 +97,7 @@ class ReadPlan:
         self.de_read_tokens = de_read_tokens
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, ReadPlan) and fields_key(self, _READ_PLAN_FIELDS) == fields_key(
-            other, _READ_PLAN_FIELDS
-        )
+        return fields_equal(self, other, _READ_PLAN_FIELDS)
 
     def __hash__(self) -> int:
         return hash(fields_key(self, _READ_PLAN_FIELDS))
