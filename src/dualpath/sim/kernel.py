@@ -70,9 +70,58 @@ EventHandle = Event
 # ones: small heaps (a 2P4D run holds ≈ 50 entries) are cheaper to pop through than to rebuild.
 COMPACT_MIN_DEAD: Final = 128
 
-# `heapq`'s functions as compiled constants: a call through the module looks the name up in its dict.
-_heappush: Final = heapq.heappush
-_heappop: Final = heapq.heappop
+
+def _earlier(a: Event, b: Event) -> bool:
+    """`a < b` for two heap entries, as a plain function: the native build calls it directly and compares
+    unboxed fields, where `heapq` goes through the generic comparison (`a.__lt__(b)` returning a bool
+    object) for every pair it compares."""
+    if a.time_s != b.time_s:
+        return a.time_s < b.time_s
+    if a.priority != b.priority:
+        return a.priority < b.priority
+    return a.seq < b.seq
+
+
+def _heap_push(heap: list[Event], entry: Event) -> None:
+    """`heapq.heappush(heap, entry)` with `_earlier` (the same sift: new entry up from the bottom)."""
+    heap.append(entry)
+    pos = len(heap) - 1
+    while pos > 0:
+        parent_pos = (pos - 1) >> 1
+        parent = heap[parent_pos]
+        if not _earlier(entry, parent):
+            break
+        heap[pos] = parent
+        pos = parent_pos
+    heap[pos] = entry
+
+
+def _heap_pop(heap: list[Event]) -> Event:
+    """`heapq.heappop(heap)` with `_earlier` (the same sift: the hole at the root down to a leaf along
+    the earlier child, then the last entry up from there). `heap` must not be empty."""
+    last = heap.pop()
+    if not heap:
+        return last
+    top = heap[0]
+    end = len(heap)
+    pos = 0
+    child = 1
+    while child < end:
+        right = child + 1
+        if right < end and not _earlier(heap[child], heap[right]):
+            child = right
+        heap[pos] = heap[child]
+        pos = child
+        child = 2 * pos + 1
+    while pos > 0:
+        parent_pos = (pos - 1) >> 1
+        parent = heap[parent_pos]
+        if not _earlier(last, parent):
+            break
+        heap[pos] = parent
+        pos = parent_pos
+    heap[pos] = last
+    return top
 
 
 class Simulator:
@@ -109,7 +158,7 @@ class Simulator:
             raise ValueError(f"cannot schedule {delay_s} s in the past")
         self._seq += 1
         entry = Event(self.now_s + delay_s, priority, self._seq, callback, args)
-        _heappush(self._heap, entry)
+        _heap_push(self._heap, entry)
         return entry
 
     def schedule_at(
@@ -120,7 +169,7 @@ class Simulator:
             raise ValueError(f"cannot schedule at {time_s} s, now is {self.now_s} s")
         self._seq += 1
         entry = Event(time_s, priority, self._seq, callback, args)
-        _heappush(self._heap, entry)
+        _heap_push(self._heap, entry)
         return entry
 
     def at_instant_end(self, callback: Callable[[], object]) -> None:
@@ -166,7 +215,7 @@ class Simulator:
             return self.now_s
         heap = self._heap
         while heap and heap[0].callback is None:
-            _heappop(heap)
+            _heap_pop(heap)
             self._dead -= 1
         return heap[0].time_s if heap else None
 
@@ -186,7 +235,7 @@ class Simulator:
         budget = -1 if max_events is None else max_events
         progress, every = self._progress, self._progress_every
         countdown = every if progress is not None else -1
-        heap, pop = self._heap, _heappop
+        heap = self._heap
         ran = 0
         processed = (
             self.events_processed
@@ -207,7 +256,7 @@ class Simulator:
                 continue
             if time_s >= horizon:
                 break
-            pop(heap)
+            _heap_pop(heap)
             callback = entry.callback
             if callback is None:
                 self._dead -= 1
