@@ -136,7 +136,7 @@ class Link:
     @property
     def flows(self) -> tuple[Flow, ...]:
         """Active flows on this link (inspection only: O(flows))."""
-        return tuple(entry[2] for g in self.groups for entry in sorted(g.heap, key=_seq) if entry[2].active)
+        return tuple(flow for g in self.groups for flow in sorted(g.heap, key=_seq) if flow.active)
 
     def bytes_carried(self, now_s: float) -> float:
         """Bytes that crossed this link from time 0 to `now_s` (>= the last rate change)."""
@@ -183,8 +183,8 @@ class Link:
             record.append((now_s, rate))
 
 
-def _seq(entry: tuple[float, int, Flow]) -> int:
-    return entry[1]
+def _seq(flow: Flow) -> int:
+    return flow._seq
 
 
 class Flow:
@@ -202,6 +202,7 @@ class Flow:
         "active",
         "_group",
         "_tag",
+        "_seq",
         "_remaining",
         "_handle",
     )
@@ -225,12 +226,19 @@ class Flow:
         self.active = False
         self._group: FlowGroup | None = None
         self._tag = 0.0  # finish tag on its group's virtual clock
+        self._seq = 0  # when it joined its group (`LinkNetwork._seq`): the tie-break of equal tags
         self._remaining = float(size_bytes)  # while not active
         self._handle: EventHandle | None = None  # latency / zero-byte event
 
     def __repr__(self) -> str:
         names = ",".join(link.name for link in self.path)
         return f"Flow({self.size_bytes:.4g} B, {self.traffic_class.name}, [{names}], {self.rate_bytes_per_s:.4g} B/s)"
+
+    def __lt__(self, other: Flow) -> bool:
+        """Order in its group's heap: finish tag, then join order (unique, so the order is total)."""
+        if self._tag != other._tag:
+            return self._tag < other._tag
+        return self._seq < other._seq
 
     @property
     def rate_bytes_per_s(self) -> float:
@@ -372,8 +380,9 @@ class LinkNetwork:
             self._num_low += 1
         self._seq += 1
         flow._group = group
-        tag = flow._tag = group.vtime_bytes + flow.size_bytes
-        _heappush(group.heap, (tag, self._seq, flow))
+        flow._tag = group.vtime_bytes + flow.size_bytes
+        flow._seq = self._seq
+        _heappush(group.heap, flow)
         for link in path:
             link.num_flows += 1
             if rate > 0.0:
@@ -455,12 +464,17 @@ class LinkNetwork:
         if top is None:
             return
         # The scheduled flow is done by definition; rounding may leave its tag a hair above the clock.
-        if top[0] > group.vtime_bytes:
-            group.vtime_bytes = top[0]
+        if top._tag > group.vtime_bytes:
+            group.vtime_bytes = top._tag
         heap = group.heap
-        finished = []
-        while heap and heap[0][0] <= group.vtime_bytes:
-            flow = _heappop(heap)[2]
+        vtime = group.vtime_bytes
+        first = _heappop(heap)  # the scheduled flow, `top` (aborted ones were dropped by `top`)
+        if not heap or heap[0]._tag > vtime:
+            self._finish(first)  # the common case: one flow ends, no list
+            return
+        finished = [first]  # others with the same tag: all leave the heap before any callback runs
+        while heap and heap[0]._tag <= vtime:
+            flow = _heappop(heap)
             if flow.active:
                 finished.append(flow)
         for flow in finished:
@@ -472,7 +486,8 @@ class LinkNetwork:
         flow._remaining = 0.0
         flow.finish_s = self.sim.now_s
         self.flows_completed += 1
-        flow.on_done(*flow.args)
+        on_done = flow.on_done  # a field read; `flow.on_done(*args)` would look it up as a method
+        on_done(*flow.args)
 
     def _finish_empty(self, flow: Flow) -> None:
         flow._handle = None
@@ -480,13 +495,14 @@ class LinkNetwork:
         flow._remaining = 0.0
         flow.finish_s = self.sim.now_s
         self.flows_completed += 1
-        flow.on_done(*flow.args)
+        on_done = flow.on_done  # a field read; `flow.on_done(*args)` would look it up as a method
+        on_done(*flow.args)
 
     # -- rate updates ----------------------------------------------------------------------------
 
     def _update_rates(self) -> None:
         self._update_pending = False
-        dirty, self._dirty_groups = self._dirty_groups, []
+        dirty = self._dirty_groups  # emptied at the end: nothing marks a group dirty during the update
         for g in dirty:
             g.dirty = False
         mixed = self._num_high > 0 and self._num_low > 0
@@ -499,6 +515,7 @@ class LinkNetwork:
             link.sat_before = 0
         self._before_touched.clear()
         self._apply(refilled, dirty)
+        dirty.clear()
 
     def _incremental(self, dirty: list[FlowGroup]) -> list[FlowGroup]:
         """NOTE: single-class max-min, re-filling only the groups a change can reach.
@@ -603,16 +620,15 @@ class LinkNetwork:
                     elif old >= top:
                         link.top_rate = -1.0
             changed[g] = None
-        reschedule = self._reschedule
         for g in dirty:
             if g.num_flows and g not in changed:
-                reschedule(g, now_s, False)
+                self._reschedule(g, now_s, False)
         for g in changed:
-            reschedule(g, now_s, True)
+            self._reschedule(g, now_s, True)
 
     def _reschedule(self, g: FlowGroup, now_s: float, rate_changed: bool) -> None:
         heap = g.heap
-        while heap and not heap[0][2].active:  # drop aborted flows from the top (FlowGroup.top)
+        while heap and not heap[0].active:  # drop aborted flows from the top (FlowGroup.top)
             _heappop(heap)
         handle = g.handle
         if not heap:
@@ -620,7 +636,7 @@ class LinkNetwork:
                 self.sim.cancel(handle)
                 g.handle = None
             return
-        tag = heap[0][0]
+        tag = heap[0]._tag
         if handle is not None:
             if not rate_changed and g.handle_tag == tag:
                 return  # same earliest flow, same rate: its event stands

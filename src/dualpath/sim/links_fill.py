@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
     from dualpath.sim.kernel import EventHandle
@@ -60,7 +60,9 @@ class FlowGroup:
         self.rate = 0.0  # bytes/s of each flow
         self.vtime_bytes = 0.0  # bytes each flow of the group has received since the group was made
         self.last_s = now_s
-        self.heap: list[tuple[float, int, Flow]] = []  # (finish tag, start seq, flow); aborted ones lazily
+        self.heap: list[
+            Flow
+        ] = []  # its flows by (finish tag, join order): `Flow.__lt__`; aborted ones lazily
         self.handle: EventHandle | None = None
         self.handle_tag = -1.0  # finish tag the handle was scheduled for, at the current rate
         self.bottleneck: Link | None = None  # a link where it is saturated and fastest (single class)
@@ -72,10 +74,10 @@ class FlowGroup:
         self.vtime_bytes += self.rate * (now_s - self.last_s)
         self.last_s = now_s
 
-    def top(self) -> tuple[float, int, Any] | None:
-        """The live entry with the smallest finish tag (drops aborted flows from the top)."""
+    def top(self) -> Flow | None:
+        """The live flow with the smallest finish tag (drops aborted flows from the top)."""
         heap = self.heap
-        while heap and not heap[0][2].active:
+        while heap and not heap[0].active:
             _heappop(heap)
         return heap[0] if heap else None
 
