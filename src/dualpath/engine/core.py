@@ -103,6 +103,9 @@ class ClusterCore:
         if config.mode.quota_batching and attention_time_s is None:
             raise ValueError(f"mode {config.mode.name} batches by compute quota: pass attention_time_s")
         self.config = config
+        # Read per request and per batch: plain fields, not lookups on the (interpreted) scheduler spec.
+        self._block_tokens = config.scheduler.block_tokens
+        self._compute_quota_s = config.scheduler.compute_quota_s
         self.mode = config.mode
         self.log = log if log is not None else DecisionLog()
         self._attention_time_s = attention_time_s
@@ -407,7 +410,7 @@ class ClusterCore:
         (its PE's first chunk starts there, and the §6.4 quota and β count those tokens: its engine's
         compute_tok grows) and persisted again (the prompt's persist starts there too). It is before its
         prefill: both of its reads finish before it is ready."""
-        block = self.config.scheduler.block_tokens
+        block = self._block_tokens
         hit = min(request.hit_tokens, usable_hit_tokens // block * block)
         if hit >= request.hit_tokens:
             return
@@ -453,7 +456,7 @@ class ClusterCore:
         if self.mode.quota_batching:
             assert self._attention_time_s is not None
             items = pack_by_compute_quota(
-                work, attention_time_s=self._attention_time_s, quota_s=self.config.scheduler.compute_quota_s
+                work, attention_time_s=self._attention_time_s, quota_s=self._compute_quota_s
             )
         else:
             kv_limit = None if self.mode.layerwise else self.config.pe_hbm_kv_tokens
@@ -464,7 +467,9 @@ class ClusterCore:
             return ()
         self.log.record(BatchDecision(pe_engine=engine.engine_id, items=tuple(items)))
         out = []
-        for item, request in zip(items, engine.ready, strict=False):
+        ready = engine.ready
+        for i, item in enumerate(items):  # the packed requests are the head of the ready queue
+            request = ready[i]
             assert item.request_id == request.request_id
             request.phase = Phase.PREFILLING
             out.append(step_item(request, engine.engine_id, item.cached_tokens, item.new_tokens))
@@ -476,8 +481,9 @@ class ClusterCore:
         assert node.busy and node.step_id == step_id
         out: list[Command] = []
         finished: list[StepItem] = []
-        for engine, items in zip(node.engines, node.running, strict=True):
-            for item in items:
+        assert len(node.engines) == len(node.running)
+        for k, engine in enumerate(node.engines):  # an index, not zip(strict=): a generic call natively
+            for item in node.running[k]:
                 request = self._active.get(item.request_id)
                 if request is None or request.phase is not Phase.PREFILLING:
                     continue  # re-planned while in this step (`on_node_down`, `abandon`): its work is void
@@ -515,7 +521,7 @@ class ClusterCore:
     def _to_decode(self, request: Request) -> list[Command]:
         assert request.de_engine is not None
         out: list[Command] = []
-        block = self.config.scheduler.block_tokens
+        block = self._block_tokens
         prompt_blocks_end = request.prompt_tokens // block * block
         persisted = request.persisted_tokens
         new_blocks = prompt_blocks_end - persisted

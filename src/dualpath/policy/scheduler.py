@@ -47,6 +47,9 @@ class RequestScheduler:
         if scheduling not in SCHEDULINGS:
             raise ValueError(f"unknown scheduling {scheduling!r} (known: {', '.join(SCHEDULINGS)})")
         self.spec = spec
+        # Read per fetch and per placement: plain fields, not lookups on the (interpreted) spec.
+        self._block_tokens = spec.block_tokens
+        self._de_token_threshold_factor = spec.de_token_threshold_factor
         self.read_path = read_path
         self.scheduling = scheduling
         self.alpha_tokens = alpha_tokens
@@ -227,7 +230,7 @@ class RequestScheduler:
                     for x in loads
                 ]
             )
-            z_factor = self.spec.de_token_threshold_factor
+            z_factor = self._de_token_threshold_factor
             placed = []
             for _rid, engine in assign_within_de_group(queue, cands, z_factor=z_factor):
                 placed.append((queue.popleft(), engine))
@@ -319,7 +322,7 @@ class RequestScheduler:
             de_node=NodeReadState(
                 read_q_tokens=self._read_q[de_node], read_tokens_per_s=self._read_rate[de_node]
             ),
-            block_tokens=self.spec.block_tokens,
+            block_tokens=self._block_tokens,
         )
         self._read_q[pe_node] += plan.pe_read_tokens
         self._read_q[de_node] += plan.de_read_tokens

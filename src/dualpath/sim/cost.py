@@ -175,6 +175,10 @@ class CostModel:
     def __init__(self, model: ModelSpec, coefficients: CostCoefficients):
         self.model = model
         self.coefficients = coefficients
+        # The MoE sizes read per layer kind and step: plain fields, not lookups on the (interpreted) spec.
+        self._active_experts = model.ffn.num_active_experts
+        self._routed_experts = model.ffn.num_routed_experts
+        self._hidden_size = model.hidden_size
         a = model.attention
         self._top_k = a.sparse_top_k_tokens
         self._main_flops_per_pair = arch.attention_flops(model, 0, 1) - _indexer_pair_flops(model)
@@ -318,7 +322,7 @@ class CostModel:
         experts_s = self._experts_s(kind, group_tokens, ep)
         comm_s = 0.0
         if ep > 1:
-            values = most_tokens * self.model.ffn.num_active_experts * self.model.hidden_size
+            values = most_tokens * self._active_experts * self._hidden_size
             comm_s = values * (DISPATCH_BYTES_PER_VALUE + COMBINE_BYTES_PER_VALUE) / c.prefill_a2a_bytes_per_s
         return slowest + max(experts_s, comm_s) + c.layer_overhead_s
 
@@ -333,9 +337,9 @@ class CostModel:
         """Routed experts on one GPU of an EP group of `ep` GPUs that together hold `group_tokens`."""
         if group_tokens <= 0:
             return 0.0
-        c, f = self.coefficients, self.model.ffn
-        assignments = group_tokens * f.num_active_experts
-        tokens_per_expert = assignments / f.num_routed_experts
+        c, routed = self.coefficients, self._routed_experts
+        assignments = group_tokens * self._active_experts
+        tokens_per_expert = assignments / routed
         compute = (
             group_tokens
             * kind.routed_flops_per_token
@@ -343,7 +347,7 @@ class CostModel:
             / (c.linear_flops_per_s * c.moe.at(tokens_per_expert))
         )
         # Experts no token picked are not read: P(touched) = 1 - (1 - 1/E)^assignments.
-        touched = 1.0 - math.exp(assignments * math.log1p(-1.0 / f.num_routed_experts))
+        touched = 1.0 - math.exp(assignments * math.log1p(-1.0 / routed))
         read = kind.routed_weight_bytes / ep * touched / c.weight_read_bytes_per_s
         return max(compute, read)
 
@@ -394,7 +398,7 @@ class CostModel:
                 experts_s = self._experts_s(kind, batch_size * ep, ep)
                 comm_s = 0.0
                 if ep > 1:
-                    values = batch_size * self.model.ffn.num_active_experts * self.model.hidden_size
+                    values = batch_size * self._active_experts * self._hidden_size
                     comm_s = values * (
                         DISPATCH_BYTES_PER_VALUE / c.decode_dispatch_bytes_per_s
                         + COMBINE_BYTES_PER_VALUE / c.decode_combine_bytes_per_s

@@ -190,10 +190,11 @@ class _WritePipe:
     wait, and the simulator moves one flow per batch instead of one per block.
     """
 
-    __slots__ = ("net", "path", "then", "busy", "pending_bytes", "pending")
+    __slots__ = ("net", "path", "then", "_on_done", "busy", "pending_bytes", "pending")
 
     def __init__(self, net: LinkNetwork, path: tuple[Link, ...], then: Callable[[list, float], None]) -> None:  # type: ignore[type-arg]
         self.net, self.path, self.then = net, path, then
+        self._on_done: Callable[[list, float], None] = self._done  # type: ignore[type-arg]  # bound once
         self.busy = False
         self.pending_bytes = 0.0
         self.pending: list = []  # type: ignore[type-arg]
@@ -210,7 +211,7 @@ class _WritePipe:
     def _start(self) -> None:
         items, size = self.pending, self.pending_bytes
         self.pending, self.pending_bytes, self.busy = [], 0.0, True
-        self.net.start_flow(size, self.path, LOW, self._done, items, size)
+        self.net.start_flow(size, self.path, LOW, self._on_done, items, size)
 
     def _done(self, items: list, size: float) -> None:  # type: ignore[type-arg]
         self.busy = False
@@ -322,6 +323,18 @@ class Simulation:
             cmd.RequestDone: self._done,
         }
         self.failure_log: list[tuple[float, int, int]] = []  # (time s, node, requests re-planned)
+        # Handed to the kernel and the link network on every flow or step: bound once here, because in
+        # the native build each `self._read_done` used as a value builds a new bound-method object.
+        self._on_read_done: Callable[[int, int], None] = self._read_done
+        self._on_h2d_done: Callable[[int], None] = self._h2d_done
+        self._on_load_done: Callable[[_Step], None] = self._load_done
+        self._on_out_done: Callable[[_Step], None] = self._out_done
+        self._on_compute_done: Callable[[_Step], None] = self._compute_done
+        self._on_decode_event: Callable[[int], None] = self._decode_event
+        self._on_fetch: Callable[[], None] = self._fetch
+        # Read on every arrival and step: plain fields of this (native) class, not config lookups.
+        self._block_tokens = c.scheduler.block_tokens
+        self._num_layers = c.model.num_layers
         # Engines on one CPU host (the twin): forwards, decode runs, arrivals and writes run there.
         self.host = None if config.host is None else RuntimeHost(self, config.host)
         self._arrivals(np.random.default_rng(seed))
@@ -400,7 +413,7 @@ class Simulation:
         if self.core.wants_fetch and not self._fetch_pending:
             # The core's fetch cadence: the group leaders fetch once, at the end of this instant.
             self._fetch_pending = True
-            self.sim.schedule(0.0, self._fetch, priority=1)
+            self.sim.schedule(0.0, self._on_fetch, priority=1)
 
     def _fetch(self) -> None:
         self._fetch_pending = False
@@ -435,7 +448,7 @@ class Simulation:
 
     def _arrive(self, agent: Agent) -> None:
         now = self.sim.now_s
-        request = agent.next_request(self._next_id, now, self.cluster.scheduler.block_tokens)
+        request = agent.next_request(self._next_id, now, self._block_tokens)
         if request is None:
             agent.end_s = now
             return
@@ -503,7 +516,7 @@ class Simulation:
             self.sim.schedule(down_s, self._recover, node)
 
     def _continue(self, r: cmd.RequestView) -> None:
-        now, block = self.sim.now_s, self.cluster.scheduler.block_tokens
+        now, block = self.sim.now_s, self._block_tokens
         prompt = r.prompt_tokens + r.generated_tokens
         persisted = max(r.hit_tokens, r.persisted_tokens if r.generated_tokens else 0)
         request = Request(
@@ -533,7 +546,7 @@ class Simulation:
         t = self.times[c.request_id]
         if math.isnan(t.read_start_s):
             t.read_start_s = self.sim.now_s
-        self.net.start_flow(c.tokens * self.kv_bytes, self.topo.read(c.node_id), LOW, self._read_done,
+        self.net.start_flow(c.tokens * self.kv_bytes, self.topo.read(c.node_id), LOW, self._on_read_done,
                             c.node_id, c.request_id)  # fmt: skip
 
     def _read_done(self, node: int, request_id: int) -> None:
@@ -546,7 +559,7 @@ class Simulation:
         if self.host is not None:
             self.host.h2d(c)  # the command's trip to the DE and its completion's back; it calls `_h2d_done`
             return
-        self.net.start_flow(c.tokens * self.kv_bytes, self.topo.h2d(c.de_engine), LOW, self._h2d_done,
+        self.net.start_flow(c.tokens * self.kv_bytes, self.topo.h2d(c.de_engine), LOW, self._on_h2d_done,
                             c.request_id)  # fmt: skip
 
     def _h2d_done(self, request_id: int) -> None:
@@ -607,9 +620,7 @@ class Simulation:
                 t = self.times[i.request_id]
                 if math.isnan(t.prefill_start_s):
                     t.prefill_start_s = now
-        compute_s, last_layer_s, attention = self.cost.prefill_step_s(
-            per_gpu, self.cluster.model.num_layers - 1
-        )
+        compute_s, last_layer_s, attention = self.cost.prefill_step_s(per_gpu, self._num_layers - 1)
         self._attention_balance(attention)
         step = _Step(c, now, compute_s, last_layer_s)
         self._steps[c.node_id] = step
@@ -618,7 +629,7 @@ class Simulation:
             return
         for size, path in self._hops(c, "load"):
             step.loads += 1
-            self.net.start_flow(size, path, LOW, self._load_done, step)
+            self.net.start_flow(size, path, LOW, self._on_load_done, step)
         if c.layerwise:
             self._start_outs(step)
         if not step.loads:
@@ -631,7 +642,7 @@ class Simulation:
         if self.host is not None:
             self.host.start_compute(step)
             return
-        self.sim.schedule(step.compute_s, self._compute_done, step)
+        self.sim.schedule(step.compute_s, self._on_compute_done, step)
 
     def _attention_balance(self, attention: list[float]) -> None:
         """Paper Fig. 14: max over the node's GPUs of attention time / the mean, for this step."""
@@ -672,7 +683,7 @@ class Simulation:
     def _start_outs(self, step: _Step) -> None:
         for size, path in self._hops(step.c, "out"):
             step.outs += 1
-            self.net.start_flow(size, path, LOW, self._out_done, step)
+            self.net.start_flow(size, path, LOW, self._on_out_done, step)
 
     def _load_done(self, step: _Step) -> None:
         if step.dead:
@@ -687,11 +698,11 @@ class Simulation:
             return
         now = self.sim.now_s
         if step.c.layerwise:
-            end = layerwise_end_s(start_s=step.start_s, load_done_s=now, layers=self.cluster.model.num_layers,
+            end = layerwise_end_s(start_s=step.start_s, load_done_s=now, layers=self._num_layers,
                                   compute_s=step.compute_s, last_layer_s=step.last_layer_s)  # fmt: skip
         else:
             end = whole_kv_end_s(load_done_s=now, compute_s=step.compute_s)
-        self.sim.schedule_at(max(end, now), self._compute_done, step)
+        self.sim.schedule_at(max(end, now), self._on_compute_done, step)
 
     def _compute_done(self, step: _Step) -> None:
         if self.host is not None:
@@ -742,7 +753,7 @@ class Simulation:
             self.sim.cancel(run.handle)
             run.steps = done + 1
             run.handle = self.sim.schedule_at(
-                run.start_s + run.steps * run.step_s, self._decode_event, c.node_id
+                run.start_s + run.steps * run.step_s, self._on_decode_event, c.node_id
             )
 
     def _decode_start(self, node: int) -> None:
@@ -757,7 +768,7 @@ class Simulation:
         if self.host is not None:
             self.host.run_decode(node, run, len(shape))
             return
-        run.handle = self.sim.schedule(run.steps * run.step_s, self._decode_event, node)
+        run.handle = self.sim.schedule(run.steps * run.step_s, self._on_decode_event, node)
 
     def _decode_event(self, node: int) -> None:
         run = self._decode[node]
