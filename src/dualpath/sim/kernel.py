@@ -1,16 +1,18 @@
 """The simulator's discrete-event kernel.
 
 Hand-written rather than SimPy (DESIGN §5): the driver pushes hundreds of millions of events through
-this loop, so it must be a bare `heapq` with no generator/process machinery, and ordering must be
+this loop, so it must be a bare binary heap with no generator/process machinery, and ordering must be
 fully deterministic. The shape follows SimPy's `core.Environment`: a heap keyed
 `(time_s, priority, seq)`, `seq` a per-simulator counter so that ties run in scheduling order.
 
 NOTE: an `EventHandle` *is* the heap entry, an `Event` with `time_s`, `priority`, `seq`, `callback`
 and `args`. Cancelling sets `callback` to None (lazy cancellation: O(1), the entry is skipped when
 popped). Entries order by `(time_s, priority, seq)`, and `seq` is unique, so the order is total.
-`Event` is a class of its own rather than a list: in the native build its `__lt__` reads unboxed
-fields, where comparing lists dispatches an `==` and a `<` per element through float objects; a pop
-compares ≈ log2(heap) pairs, and every event costs ≈ 2 pushes and 1 cancel (12P24D).
+`Event` is a class of its own rather than a list, and the heap's sifts (`_heap_push`, `_heap_pop`:
+`heapq`'s algorithm) compare entries with a plain function (`_earlier`) that the native build calls
+directly on unboxed fields: `heapq` itself would compare through the generic rich comparison (a
+bool object per pair), and a pop compares ≈ log2(heap) pairs, every event costing ≈ 2 pushes and
+1 cancel (12P24D).
 
 The link network cancels and re-pushes a flow group's completion event at every rate change, so on a
 cluster of tens of nodes most of the heap is cancelled entries (8P16D: ≈ 85 % of ≈ 800), and every pop
