@@ -61,8 +61,7 @@ HEAP = "kernel heap (pops, cancelled entries)"
 def _phase(callback: Any, args: tuple[Any, ...]) -> str:
     name = getattr(callback, "__name__", repr(callback))
     if name == "_group_due":  # a flow group's completion: name it by its earliest flow's callback
-        heap = args[0].heap
-        live = [entry[2] for entry in heap if entry[2].active]
+        live = [flow for flow in args[0].heap if flow.active]
         if live:
             name = getattr(min(live, key=lambda f: f._tag).on_done, "__name__", name)
     return PHASES.get(name, name)

@@ -1,0 +1,66 @@
+"""`benchmarks/sim_instructions.py`: the event loop's instruction count under callgrind."""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+SCRIPT = Path(__file__).parents[2] / "benchmarks" / "sim_instructions.py"
+
+
+@pytest.fixture(scope="module")
+def script() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("sim_instructions", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_reads_the_count_callgrind_prints_at_exit(script: ModuleType) -> None:
+    stderr = (
+        "==4242== Callgrind, a call-graph generating cache profiler\n"
+        "==4242== Events    : Ir\n"
+        "==4242== Collected : 3694462722\n"
+        "==4242== I   refs:      3,694,462,722\n"
+    )
+    assert script.collected_instructions(stderr) == 3_694_462_722
+
+
+def test_no_count_is_an_error_with_callgrinds_output(script: ModuleType) -> None:
+    with pytest.raises(RuntimeError, match="valgrind: failed to start"):
+        script.collected_instructions("valgrind: failed to start tool 'callgrind'\n")
+
+
+def test_the_simulated_case_is_the_one_asked_for(script: ModuleType) -> None:
+    args = script.simulate_args(3, 5, 17, "basic")
+    assert args[args.index("--p") + 1] == "3"
+    assert args[args.index("--d") + 1] == "5"
+    assert args[args.index("--agents") + 1] == "17"
+    assert args[args.index("--mode") + 1] == "basic"
+    assert "--json" in args
+
+
+def test_without_valgrind_it_says_how_to_get_it(script: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(script.shutil, "which", lambda name: None)
+    with pytest.raises(SystemExit, match="apt-get install valgrind"):
+        script.count(2, 4, 1, "dualpath")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind is not installed")
+def test_counts_a_tiny_run(script: ModuleType) -> None:
+    from dualpath.native import compiled_modules
+
+    if not compiled_modules():
+        pytest.skip("needs the native build")
+    row = script.count(2, 4, 2, "dualpath")
+    assert row["events"] > 0 and row["requests"] > 0
+    assert row["instructions"] > 1000 * row["events"]  # an event is thousands of instructions, not zero
+    assert row["instructions_per_event"] == pytest.approx(row["instructions"] / row["events"])
