@@ -60,9 +60,8 @@ class FlowGroup:
         self.rate = 0.0  # bytes/s of each flow
         self.vtime_bytes = 0.0  # bytes each flow of the group has received since the group was made
         self.last_s = now_s
-        self.heap: list[
-            Flow
-        ] = []  # its flows by (finish tag, join order): `Flow.__lt__`; aborted ones lazily
+        # Its flows by (finish tag, join order), `Flow.__lt__`; aborted ones leave lazily (`top`).
+        self.heap: list[Flow] = []
         self.handle: EventHandle | None = None
         self.handle_tag = -1.0  # finish tag the handle was scheduled for, at the current rate
         self.bottleneck: Link | None = None  # a link where it is saturated and fastest (single class)
