@@ -84,10 +84,8 @@ def _earlier(a: Event, b: Event) -> bool:
     return a.seq < b.seq
 
 
-def _heap_push(heap: list[Event], entry: Event) -> None:
-    """`heapq.heappush(heap, entry)` with `_earlier` (the same sift: new entry up from the bottom)."""
-    heap.append(entry)
-    pos = len(heap) - 1
+def _sift_up(heap: list[Event], pos: int, entry: Event) -> None:
+    """Put `entry` at `pos` or above it, moving the later parents down (`heapq`'s `_siftdown`)."""
     while pos > 0:
         parent_pos = (pos - 1) >> 1
         parent = heap[parent_pos]
@@ -96,6 +94,12 @@ def _heap_push(heap: list[Event], entry: Event) -> None:
         heap[pos] = parent
         pos = parent_pos
     heap[pos] = entry
+
+
+def _heap_push(heap: list[Event], entry: Event) -> None:
+    """`heapq.heappush(heap, entry)` with `_earlier` (the same sift: new entry up from the bottom)."""
+    heap.append(entry)
+    _sift_up(heap, len(heap) - 1, entry)
 
 
 def _heap_pop(heap: list[Event]) -> Event:
@@ -115,14 +119,7 @@ def _heap_pop(heap: list[Event]) -> Event:
         heap[pos] = heap[child]
         pos = child
         child = 2 * pos + 1
-    while pos > 0:
-        parent_pos = (pos - 1) >> 1
-        parent = heap[parent_pos]
-        if not _earlier(last, parent):
-            break
-        heap[pos] = parent
-        pos = parent_pos
-    heap[pos] = last
+    _sift_up(heap, pos, last)
     return top
 
 
