@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from dualpath.sim.kernel import Simulator
@@ -19,6 +21,33 @@ def test_events_run_in_time_then_priority_then_fifo_order() -> None:
     assert log == ["t1-pneg", "t1-p0-first", "t1-p0-second", "t1-p5", "t2"]
     assert sim.now_s == 2.0
     assert sim.events_processed == 5
+
+
+def test_a_deep_heap_pops_in_key_order_while_events_keep_arriving() -> None:
+    """Thousands of entries with repeated times and priorities, pushed while others pop: the run order is
+    the sorted (time, priority, scheduling order) of all of them (each arrives later than now)."""
+    rng = random.Random(7)
+    sim = Simulator()
+    ran: list[tuple[float, int, int]] = []
+    keys: list[tuple[float, int, int]] = []
+    order = 0
+
+    def push(time_s: float, priority: int) -> None:
+        nonlocal order
+        order += 1
+        keys.append((time_s, priority, order))
+        sim.schedule_at(time_s, ev, (time_s, priority, order), priority=priority)
+
+    def ev(key: tuple[float, int, int]) -> None:
+        ran.append(key)
+        if len(keys) < 6000:  # a new arrival for about every event run: the heap stays deep
+            push(sim.now_s + rng.randrange(1, 40) / 8.0, rng.randrange(-2, 3))  # later than now
+
+    for _ in range(3000):
+        push(rng.randrange(0, 40) / 8.0, rng.randrange(-2, 3))
+    sim.run()
+    assert len(ran) == len(keys) == 6000
+    assert ran == sorted(keys)
 
 
 def test_callbacks_see_their_own_time_and_can_schedule_more() -> None:
