@@ -55,11 +55,7 @@ class Event:
         self.args = args
 
     def __lt__(self, other: Event) -> bool:
-        if self.time_s != other.time_s:
-            return self.time_s < other.time_s
-        if self.priority != other.priority:
-            return self.priority < other.priority
-        return self.seq < other.seq
+        return _earlier(self, other)  # for `heapq.heapify` in `Simulator._compact`
 
     def __repr__(self) -> str:
         return f"Event(time_s={self.time_s!r}, priority={self.priority}, seq={self.seq}, callback={self.callback!r})"
