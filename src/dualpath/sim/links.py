@@ -482,15 +482,14 @@ class LinkNetwork:
 
     def _finish(self, flow: Flow) -> None:
         self._detach(flow)
-        flow.done = True
-        flow._remaining = 0.0
-        flow.finish_s = self.sim.now_s
-        self.flows_completed += 1
-        on_done = flow.on_done  # a field read; `flow.on_done(*args)` would look it up as a method
-        on_done(*flow.args)
+        self._complete(flow)
 
     def _finish_empty(self, flow: Flow) -> None:
         flow._handle = None
+        self._complete(flow)
+
+    def _complete(self, flow: Flow) -> None:
+        """A flow's last byte is in (it has left its group, if it had one): mark it done, call `on_done`."""
         flow.done = True
         flow._remaining = 0.0
         flow.finish_s = self.sim.now_s
