@@ -45,12 +45,9 @@ def test_batch_decisions_and_logs_compare_by_value() -> None:
 
 def test_read_states_and_plans_compare_by_value() -> None:
     assert NodeReadState(10, 2.0) == NodeReadState(read_q_tokens=10, read_tokens_per_s=2.0)
-    assert NodeReadState(10, 2.0) != NodeReadState(11, 2.0) and NodeReadState(10, 2.0) != NodeReadState(
-        10, 3.0
-    )
+    assert NodeReadState(10, 2.0) != NodeReadState(11, 2.0)
+    assert NodeReadState(10, 2.0) != NodeReadState(10, 3.0)
     assert len({ReadPlan(64, 0), ReadPlan(pe_read_tokens=64, de_read_tokens=0), ReadPlan(0, 64)}) == 2
     assert ReadPlan(64, 0) != (64, 0)  # a record, not a tuple
-    assert (
-        repr(ReadPlan(0, 64)) == "ReadPlan(pe_read_tokens=0, de_read_tokens=64)"
-        and ReadPlan(0, 64).side is ReadSide.DE
-    )
+    assert repr(ReadPlan(0, 64)) == "ReadPlan(pe_read_tokens=0, de_read_tokens=64)"
+    assert ReadPlan(0, 64).side is ReadSide.DE
