@@ -23,7 +23,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Final
 
 from dualpath.architecture import arch
@@ -78,11 +78,14 @@ class CostCoefficients:
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
-        for key, value in asdict(self).items():
-            if key == "decode_attention":
-                out[key] = {str(b): c for b, c in value.items()}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name == "decode_attention":
+                out[f.name] = {str(b): c.to_dict() for b, c in value.items()}
+            elif isinstance(value, Curve):
+                out[f.name] = value.to_dict()  # its points only (`Curve.log2_sizes` is derived)
             else:
-                out[key] = value
+                out[f.name] = value
         return out
 
     @staticmethod

@@ -13,7 +13,7 @@ import math
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from typing import Final
 
@@ -27,6 +27,9 @@ class Curve:
 
     sizes: tuple[float, ...]
     values: tuple[float, ...]
+    # log2 of each size, taken once here instead of twice per `at` (the same function of the same
+    # floats, so the interpolation is bit-identical); derived, so not compared or shown.
+    log2_sizes: tuple[float, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.sizes or len(self.sizes) != len(self.values):
@@ -35,6 +38,7 @@ class Curve:
             raise ValueError(f"curve sizes must be positive and strictly increasing: {self.sizes}")
         if any(v <= 0 for v in self.values):
             raise ValueError(f"curve values must be positive: {self.values}")
+        object.__setattr__(self, "log2_sizes", tuple(_log2(s) for s in self.sizes))
 
     @staticmethod
     def constant(value: float) -> Curve:
@@ -62,7 +66,8 @@ class Curve:
                 lo = mid
             else:
                 hi = mid
-        x0, x1 = _log2(sizes[lo]), _log2(sizes[hi])
+        log2_sizes = self.log2_sizes
+        x0, x1 = log2_sizes[lo], log2_sizes[hi]
         w = (_log2(size) - x0) / (x1 - x0)
         return values[lo] + w * (values[hi] - values[lo])
 
