@@ -193,8 +193,13 @@ class RequestScheduler:
         self._de_pending.discard(node_id)
 
     def _note(self, loads: Sequence[EngineLoad]) -> None:
+        # A group's engines share their node's queue, so its reports repeat one (node, queue) pair:
+        # writing that pair again changes nothing, and costs a boxed key and value and a dict store each.
+        node_id, read_q_tokens = -1, -1
         for load in loads:
-            self._read_q[load.node_id] = load.read_q_tokens
+            if load.node_id != node_id or load.read_q_tokens != read_q_tokens:
+                node_id, read_q_tokens = load.node_id, load.read_q_tokens
+                self._read_q[node_id] = read_q_tokens
 
     # ---- DE fetch (§6.2) ----------------------------------------------------------------------
     def fetch_de_group(self, node_id: int, loads: Sequence[EngineLoad]) -> list[tuple[Request, int]]:
