@@ -6,6 +6,7 @@ import pytest
 
 from dualpath.sim.kernel import Simulator
 from dualpath.sim.links import LinkNetwork, TrafficClass, resample_utilisation
+from dualpath.sim.links_fill import FlowGroup
 
 GB = 1e9
 HIGH, LOW = TrafficClass.HIGH, TrafficClass.LOW
@@ -151,6 +152,62 @@ def test_abort_frees_bandwidth_and_skips_callback() -> None:
     sim.run()
     assert "a" not in fin
     assert fin["b"] == pytest.approx(1.5)
+
+
+def _alone(start_s: float, size_bytes: float, caps: tuple[float, float]) -> float:
+    """Finish time of one flow on a new network of two links, started at `start_s`."""
+    sim, net, fin = make_net()
+    path = [net.add_link("l1", caps[0]), net.add_link("l2", caps[1])]
+    sim.schedule_at(start_s, lambda: net.start_flow(size_bytes, path, LOW, done_at, sim, fin, "b"))
+    sim.run()
+    return fin["b"]
+
+
+def test_a_path_whose_flows_ended_starts_afresh_later() -> None:
+    # The network keeps an emptied path's group and restarts it: a later flow there must finish at
+    # exactly the time a new network gives it (sizes chosen so that a leftover clock would round).
+    caps = (7.3 * GB, 11.9 * GB)
+    sim, net, fin = make_net()
+    path = [net.add_link("l1", caps[0]), net.add_link("l2", caps[1])]
+    net.start_flow(3.3 * GB + 0.37, path, LOW, done_at, sim, fin, "a")
+    c = net.start_flow(2.2 * GB, path, LOW, done_at, sim, fin, "c")
+    sim.schedule(0.1, net.abort_flow, c)  # its heap entry is left behind (lazy deletion)
+    sim.schedule_at(5.0, lambda: net.start_flow(7.7 * GB + 0.123, path, LOW, done_at, sim, fin, "b"))
+    sim.run()
+    assert fin["a"] < 5.0 and "c" not in fin
+    assert fin["b"] == _alone(5.0, 7.7 * GB + 0.123, caps)
+    assert not path[0].groups and path[0].num_flows == 0 and path[0].rate_bytes_per_s == 0.0  # off its links
+
+
+def test_a_restarted_group_is_a_new_group() -> None:
+    # Every field `__init__` sets, including any added later, must be reset by `restart`.
+    sim, net, _ = make_net()
+    path = (net.add_link("l1", GB), net.add_link("l2", GB))
+    group = FlowGroup(path, False, 0.0)
+    flow = net.start_flow(GB, list(path), LOW, lambda: None)
+    group.rate, group.vtime_bytes, group.last_s, group.heap = 3.0, 4.0, 1.0, [flow]
+    group.handle, group.handle_tag = sim.schedule(1.0, lambda: None), 5.0
+    group.bottleneck, group.fill_frozen, group.fill_rate, group.dirty = path[0], True, 6.0, True
+    group.restart(2.0)
+    new = FlowGroup(path, False, 2.0)
+    fields = [n for n in dir(new) if not n.startswith("__") and not callable(getattr(new, n))]
+    assert len(fields) >= 13  # the slots (a compiled class has no `__slots__` to read)
+    for name in fields:
+        assert getattr(group, name) == getattr(new, name), name
+
+
+def test_a_path_emptied_and_joined_in_one_instant_starts_afresh() -> None:
+    caps = (7.3 * GB, 11.9 * GB)
+    sim, net, fin = make_net()
+    path = [net.add_link("l1", caps[0]), net.add_link("l2", caps[1])]
+
+    def then_b() -> None:  # a's completion starts b on the same path, as the driver's chains do
+        fin["a"] = sim.now_s
+        net.start_flow(7.7 * GB + 0.123, path, LOW, done_at, sim, fin, "b")
+
+    net.start_flow(3.3 * GB + 0.37, path, LOW, then_b)
+    sim.run()
+    assert fin["b"] == _alone(fin["a"], 7.7 * GB + 0.123, caps)
 
 
 def test_utilisation_record_and_resampling() -> None:

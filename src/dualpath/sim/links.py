@@ -264,7 +264,8 @@ class LinkNetwork:
         "flows_started",
         "flows_completed",
         "recomputes",
-        "_groups",
+        "_high_groups",
+        "_low_groups",
         "_num_high",
         "_num_low",
         "_was_mixed",
@@ -290,7 +291,12 @@ class LinkNetwork:
         self.flows_started = 0
         self.flows_completed = 0
         self.recomputes = 0
-        self._groups: dict[tuple[TrafficClass, tuple[Link, ...]], FlowGroup] = {}
+        # The flow group of each path, per class, keyed by the path tuple itself (the driver passes one
+        # tuple per path, so a lookup hashes it and matches it by identity). An emptied group stays
+        # here, off its links, and restarts when a flow joins its path again: no group object, heap and
+        # key tuple made and dropped per flow.
+        self._high_groups: dict[tuple[Link, ...], FlowGroup] = {}
+        self._low_groups: dict[tuple[Link, ...], FlowGroup] = {}
         self._num_high = 0  # active flows per class: the fast path needs one class only
         self._num_low = 0
         self._was_mixed = False
@@ -360,15 +366,20 @@ class LinkNetwork:
         flow.active = True
         flow.start_s = now_s
         flow._handle = None
-        traffic_class = flow.traffic_class
-        high = traffic_class is TrafficClass.HIGH
+        high = flow.traffic_class is TrafficClass.HIGH
         path = flow.path
-        key = (traffic_class, path)
-        group = self._groups.get(key)
-        if group is None:
-            group = self._groups[key] = FlowGroup(path, high, now_s)
+        groups = self._high_groups if high else self._low_groups
+        group = groups.get(path)
+        if group is None or (group.num_flows == 0 and group.dirty):
+            # New, or emptied in this instant: that one stays in this instant's update as it is, and the
+            # path gets a new group, as if the emptied one had been dropped.
+            group = groups[path] = FlowGroup(path, high, now_s)
             for link in path:
                 link.groups[group] = None
+        elif group.num_flows == 0:
+            group.restart(now_s)  # emptied in an earlier instant: the state of a new group
+            for link in path:
+                link.groups[group] = None  # at the end of the link's order, as a new group
         self._mark_dirty(group)
         rate = group.rate  # joins at its group's rate until the update at the end of this instant
         group.vtime_bytes += rate * (now_s - group.last_s)
@@ -433,8 +444,7 @@ class LinkNetwork:
                 link.rate_low -= rate
             if link._record is not None:
                 link._note_rate(now_s)
-        if group.num_flows == 0:
-            del self._groups[(flow.traffic_class, path)]
+        if group.num_flows == 0:  # off its links; it stays the path's group (`_activate` restarts it)
             for link in path:
                 del link.groups[group]
                 if rate >= link.top_rate:

@@ -69,6 +69,21 @@ class FlowGroup:
         self.fill_rate = 0.0  # the per-flow rate the last `fill` that included this group gave it
         self.dirty = False  # changed in this instant: its rate update is pending (`LinkNetwork._mark_dirty`)
 
+    def restart(self, now_s: float) -> None:
+        """Back to the state `__init__` gives a new group (kept in step with it): the network keeps an
+        emptied group for its (class, path) and restarts it when a flow joins again (`LinkNetwork`)."""
+        self.num_flows = 0
+        self.rate = 0.0
+        self.vtime_bytes = 0.0
+        self.last_s = now_s
+        self.heap.clear()
+        self.handle = None
+        self.handle_tag = -1.0
+        self.bottleneck = None
+        self.fill_frozen = False
+        self.fill_rate = 0.0
+        self.dirty = False
+
     def settle(self, now_s: float) -> None:
         self.vtime_bytes += self.rate * (now_s - self.last_s)
         self.last_s = now_s
