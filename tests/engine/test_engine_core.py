@@ -281,3 +281,36 @@ def test_fetch_visits_the_open_pe_groups_in_the_rotation_of_all_groups(open_grou
         core._pe_open = set(open_groups)
         assert core._pe_fetch_order(False) == [n for n in rotation if n in open_groups]
         assert rr._pe_fetch_order(True) == rotation
+
+
+def assert_reports_are_current(core: ClusterCore) -> None:
+    """Every group's reports (`_pe_loads` / `_de_loads`, rewritten in place) say what its engines hold."""
+    for n, pnode in core.pe_nodes.items():
+        q = core.readers[n].read_q_tokens
+        got = [
+            (r.engine_id, r.node_id, r.seq, r.tok, r.compute_tok, r.read_q_tokens)
+            for r in core._pe_loads(pnode)
+        ]
+        assert got == [(e.engine_id, n, e.seq, e.tok, e.compute_tok, q) for e in pnode.engines]
+    for n, dnode in core.de_nodes.items():
+        q, down = core.readers[n].read_q_tokens, n in core.down
+        got = [
+            (r.engine_id, r.node_id, r.seq, r.tok, r.read_q_tokens, r.free_hbm_tokens)
+            for r in core._de_loads(dnode)
+        ]
+        assert got == [
+            (e.engine_id, n, e.seq, e.reserved_tokens, q, 0 if down else e.free_hbm_tokens)
+            for e in dnode.engines
+        ]
+
+
+def test_engine_reports_follow_every_change_of_their_engines() -> None:
+    core = make_core("dualpath", p=1, d=2)
+    assert_reports_are_current(core)
+    for r in requests(6):
+        core.submit(r, 0.0)
+    commands = core.fetch(0.0)  # placements: seq, tok, compute_tok, reservations and read queues move
+    assert commands and any(e.seq for e in core._pe.values())
+    assert_reports_are_current(core)
+    core.on_node_down(2)  # a dead DE group reports no free HBM
+    assert_reports_are_current(core)

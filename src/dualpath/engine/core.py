@@ -120,6 +120,14 @@ class ClusterCore:
             for n in range(p, p + d)
         }
         self._pe = {e.engine_id: e for node in self.pe_nodes.values() for e in node.engines}
+        # Each node's engine reports (§6.1), one object per engine, rewritten at each of its fetches
+        # (`_pe_loads`, `_de_loads`): the scheduler reads them during the fetch only, and a fetch of a
+        # group would otherwise build one report per engine each time.
+        self._reports = {
+            n: [EngineLoad(engine_id=e.engine_id, node_id=n, seq=0, tok=0, compute_tok=0, read_q_tokens=0)
+                for e in node.engines]
+            for nodes in (self.pe_nodes, self.de_nodes) for n, node in nodes.items()
+        }  # fmt: skip
         # PE groups with an engine at or under β (Algorithm 1's C2 ∪ C3 not empty), kept as compute_tok
         # changes, so that a fetch need not test every engine of every group (`_all_over_beta`).
         self._pe_open = {n for n, node in self.pe_nodes.items() if not self._all_over_beta(node)}
@@ -280,34 +288,31 @@ class ClusterCore:
         return most
 
     def _de_loads(self, node: DecodeNode) -> list[EngineLoad]:
+        """The group's reports now (its `_reports`, every field rewritten)."""
         q = self.readers[node.node_id].read_q_tokens
         down = node.node_id in self.down
-        return [
-            EngineLoad(
-                engine_id=e.engine_id,
-                node_id=node.node_id,
-                seq=e.seq,
-                tok=e.reserved_tokens,
-                compute_tok=0,  # a DE computes no prefill
-                read_q_tokens=q,
-                free_hbm_tokens=0 if down else e.free_hbm_tokens,
-            )
-            for e in node.engines
-        ]
+        engines, reports = node.engines, self._reports[node.node_id]
+        for i in range(len(engines)):
+            e, r = engines[i], reports[i]
+            r.seq = e.seq
+            r.tok = e.reserved_tokens
+            r.compute_tok = 0  # a DE computes no prefill
+            r.read_q_tokens = q
+            r.free_hbm_tokens = 0 if down else e.free_hbm_tokens
+        return reports
 
     def _pe_loads(self, node: PrefillNode) -> list[EngineLoad]:
+        """The group's reports now (its `_reports`, every field rewritten)."""
         q = self.readers[node.node_id].read_q_tokens
-        return [
-            EngineLoad(
-                engine_id=e.engine_id,
-                node_id=node.node_id,
-                seq=e.seq,
-                tok=e.tok,
-                compute_tok=e.compute_tok,
-                read_q_tokens=q,
-            )  # fmt: skip
-            for e in node.engines
-        ]
+        engines, reports = node.engines, self._reports[node.node_id]
+        for i in range(len(engines)):
+            e, r = engines[i], reports[i]
+            r.seq = e.seq
+            r.tok = e.tok
+            r.compute_tok = e.compute_tok
+            r.read_q_tokens = q
+            r.free_hbm_tokens = 0
+        return reports
 
     def _on_assigned(self, a: Assignment) -> list[Command]:
         request = self._active[a.request_id]
