@@ -393,7 +393,7 @@ class CostModel:
         context = per_seq_buckets * DECODE_CONTEXT_BUCKET_TOKENS
         attention_s = self._decode_attention_s(batch_size, context)
         total = 0.0
-        per_kind = {}
+        per_kind: list[float] = []  # by index in `_kinds`, as `prefill_step_s` (no dict keyed by `id`)
         for kind in self._kinds:
             layer = attention_s + self._dense_linear_s(kind, batch_size)
             if kind.moe:
@@ -407,9 +407,9 @@ class CostModel:
                         + COMBINE_BYTES_PER_VALUE / c.decode_combine_bytes_per_s
                     )
                 layer += max(experts_s, comm_s)
-            per_kind[id(kind)] = layer + c.layer_overhead_s
-        for kind in self._layer_kind:
-            total += per_kind[id(kind)]
+            per_kind.append(layer + c.layer_overhead_s)
+        for k in self._layer_kind_index:
+            total += per_kind[k]
         lm_flops = batch_size * self._lm_head_flops_per_token
         lm_head = max(
             lm_flops / (c.linear_flops_per_s * c.gemm.at(batch_size)),
