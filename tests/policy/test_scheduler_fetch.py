@@ -94,3 +94,33 @@ def test_round_robin_head_change_reopens_a_blocked_cycle() -> None:
     assert not s.has_de_work(1, 0)  # the global queue is empty
     submit(2, 90)
     assert s.has_de_work(1, 0)
+
+
+def test_a_fetch_sees_its_own_reports_not_the_last_fetch_candidates() -> None:
+    """The scheduler keeps one candidate per engine and rewrites it from each fetch's reports: what the
+    previous fetch did to them (placements) must not show through."""
+    s = RequestScheduler(pe_nodes={0: [0, 1]}, de_nodes={1: [2, 3]}, spec=SchedulerSpec(),
+                         read_path=make_read_path_policy("shorter-queue"), read_tokens_per_s={0: 1e6, 1: 1e6},
+                         alpha_tokens=1e6, beta_tokens=1e6)  # fmt: skip
+
+    def pe_load(engine: int, k: int) -> EngineLoad:
+        return EngineLoad(engine_id=engine, node_id=0, seq=k, tok=10 * k + engine, compute_tok=5 * k + engine,
+                          read_q_tokens=7 * k)  # fmt: skip
+
+    def de_load(engine: int, k: int) -> EngineLoad:
+        return EngineLoad(engine_id=engine, node_id=1, seq=k + engine, tok=20 * k + engine, compute_tok=0,
+                          read_q_tokens=3 * k, free_hbm_tokens=1000 * k + engine)  # fmt: skip
+
+    for k in (1, 2):
+        pe = s._pe_candidates(0, [pe_load(0, k), pe_load(1, k)])
+        assert [(c.engine_id, c.node_id, c.tok, c.compute_tok, c.read_q_tokens) for c in pe] == [
+            (e, 0, 10 * k + e, 5 * k + e, 7 * k) for e in (0, 1)
+        ]
+        de = s._de_candidates(1, [de_load(2, k), de_load(3, k)])
+        assert [(c.engine_id, c.node_id, c.seq, c.tok, c.free_hbm_tokens) for c in de] == [
+            (e, 1, k + e, 20 * k + e, 1000 * k + e) for e in (2, 3)
+        ]
+        for c in pe:  # what a fetch does to its candidates
+            c.tok, c.compute_tok, c.read_q_tokens = -1, -1, -1
+        for d in de:
+            d.seq, d.tok, d.free_hbm_tokens = -1, -1, -1

@@ -66,6 +66,10 @@ class RequestScheduler:
         }
         self._read_rate = dict(read_tokens_per_s)
         self._read_q = {n: 0 for n in self._node_of.values()}  # last report + our own assignments
+        # Each group's candidates, one object per engine, rewritten from its reports at each fetch
+        # (`_pe_candidates`, `_de_candidates`): used during the fetch only, not built anew each time.
+        self._pe_cands: dict[int, list[PeCandidate]] = {}
+        self._de_cands: dict[int, list[DeCandidate]] = {}
         self._group_tok = {n: 0 for n in self._de_nodes}  # Σ tok per DE group, last report + routed
         self._global: deque[Request] = deque()
         self._de_queues: dict[int, deque[Request]] = {n: deque() for n in self._de_nodes}
@@ -220,21 +224,8 @@ class RequestScheduler:
                 self._de_pending.add(group)
                 self._de_report_due.add(group)
             queue = self._de_queues[node_id]
-            # An empty private queue places nothing (phase 2 would return []): skip building candidates.
-            cands = (
-                []
-                if not queue
-                else [
-                    DeCandidate(
-                        engine_id=x.engine_id,
-                        node_id=x.node_id,
-                        seq=x.seq,
-                        tok=x.tok,
-                        free_hbm_tokens=x.free_hbm_tokens,
-                    )
-                    for x in loads
-                ]
-            )
+            # An empty private queue places nothing (phase 2 would return []): skip the candidates.
+            cands = self._de_candidates(node_id, loads) if queue else []
             z_factor = self._de_token_threshold_factor
             placed = []
             for _rid, engine in assign_within_de_group(queue, cands, z_factor=z_factor):
@@ -245,6 +236,38 @@ class RequestScheduler:
             request.de_engine = engine
             self._pe_queue.append(request)
         return placed
+
+    def _de_candidates(self, node_id: int, loads: Sequence[EngineLoad]) -> list[DeCandidate]:
+        """The group's DE candidates, every field set from its reports."""
+        cands = self._de_cands.get(node_id)
+        if cands is None or len(cands) != len(loads):
+            cands = self._de_cands[node_id] = [
+                DeCandidate(engine_id=-1, node_id=-1, seq=0, tok=0, free_hbm_tokens=0) for _ in loads
+            ]
+        for i in range(len(loads)):
+            x, c = loads[i], cands[i]
+            c.engine_id = x.engine_id
+            c.node_id = x.node_id
+            c.seq = x.seq
+            c.tok = x.tok
+            c.free_hbm_tokens = x.free_hbm_tokens
+        return cands
+
+    def _pe_candidates(self, node_id: int, loads: Sequence[EngineLoad]) -> list[PeCandidate]:
+        """The group's PE candidates, every field set from its reports."""
+        cands = self._pe_cands.get(node_id)
+        if cands is None or len(cands) != len(loads):
+            cands = self._pe_cands[node_id] = [
+                PeCandidate(engine_id=-1, node_id=-1, tok=0, compute_tok=0, read_q_tokens=0) for _ in loads
+            ]
+        for i in range(len(loads)):
+            x, c = loads[i], cands[i]
+            c.engine_id = x.engine_id
+            c.node_id = x.node_id
+            c.tok = x.tok
+            c.compute_tok = x.compute_tok
+            c.read_q_tokens = x.read_q_tokens
+        return cands
 
     def _round_robin_de(self, loads: Sequence[EngineLoad]) -> list[tuple[Request, int]]:
         """Baseline: the global queue's head to the next DE of a cluster-wide cycle.
@@ -280,16 +303,7 @@ class RequestScheduler:
         Round-robin scheduling instead deals all of Q to PEs cluster-wide in turn (no β).
         """
         self._note(loads)
-        cands = [
-            PeCandidate(
-                engine_id=x.engine_id,
-                node_id=x.node_id,
-                tok=x.tok,
-                compute_tok=x.compute_tok,
-                read_q_tokens=x.read_q_tokens,
-            )  # fmt: skip
-            for x in loads
-        ]
+        cands = self._pe_candidates(node_id, loads)
         engines = self._pe_engines
         out: list[Assignment] = []
         while self._pe_queue:
