@@ -258,12 +258,13 @@ class CostModel:
         kind = self._kinds[-1] if layer_index is None else self._layer_kind[layer_index]
         attention = [self.attention_layer_time_s(batch) for batch in per_gpu_batches]
         tokens = [sum(new for _, new in batch) for batch in per_gpu_batches]
-        return self._prefill_layer(kind, attention, tokens)
+        return self._prefill_layer(kind, attention, tokens, self._gemm_at(tokens))
 
     def prefill_layer_times_s(self, per_gpu_batches: Sequence[Sequence[Request]]) -> tuple[float, ...]:
         attention = [self.attention_layer_time_s(batch) for batch in per_gpu_batches]
         tokens = [sum(new for _, new in batch) for batch in per_gpu_batches]
-        by_kind = {id(k): self._prefill_layer(k, attention, tokens) for k in self._kinds}
+        gemm = self._gemm_at(tokens)
+        by_kind = {id(k): self._prefill_layer(k, attention, tokens, gemm) for k in self._kinds}
         return tuple(by_kind[id(k)] for k in self._layer_kind)
 
     def prefill_step_s(
@@ -272,14 +273,26 @@ class CostModel:
         """(`prefill_forward_time_s`, `prefill_layer_time_s(.., layer_index)`, one layer's attention per
         GPU) of one lock-stepped step, each per-GPU attention evaluated once instead of three times.
         Bit-identical to the three separate calls (same operations in the same order)."""
-        attention = [self.attention_layer_time_s(batch) for batch in per_gpu_batches]
-        tokens = [sum(new for _, new in batch) for batch in per_gpu_batches]
-        per_kind = [self._prefill_layer(k, attention, tokens) for k in self._kinds]
+        attention: list[float] = []
+        tokens: list[int] = []  # new tokens per GPU
+        most_requests = 0  # the most requests with new tokens on one GPU: the LM head's batch
+        for batch in per_gpu_batches:  # one pass over the batches (the sequences are generic here)
+            attention.append(self.attention_layer_time_s(batch))
+            total = count = 0
+            for _, new in batch:
+                total += new
+                if new > 0:
+                    count += 1
+            tokens.append(total)
+            if count > most_requests:
+                most_requests = count
+        gemm = self._gemm_at(tokens)  # once per GPU, not once per layer kind
+        per_kind = [self._prefill_layer(k, attention, tokens, gemm) for k in self._kinds]
         layers = 0.0  # layer by layer, in order: the same sum as `prefill_forward_time_s`
         for kind in self._layer_kind_index:
             layers += per_kind[kind]
         return (
-            layers + self._lm_head_s(per_gpu_batches),
+            layers + self._lm_head_for(most_requests),
             per_kind[self._layer_kind_index[layer_index]],
             attention,
         )
@@ -289,7 +302,6 @@ class CostModel:
         return sum(self.prefill_layer_times_s(per_gpu_batches)) + self._lm_head_s(per_gpu_batches)
 
     def _lm_head_s(self, per_gpu_batches: Sequence[Sequence[Request]]) -> float:
-        c = self.coefficients
         requests = 0  # the most requests with new tokens on one GPU (loops: no interpreted max/sum call)
         for batch in per_gpu_batches:
             count = 0
@@ -298,6 +310,11 @@ class CostModel:
                     count += 1
             if count > requests:
                 requests = count
+        return self._lm_head_for(requests)
+
+    def _lm_head_for(self, requests: int) -> float:
+        """The LM head on each GPU's last positions, `requests` of them on the busiest GPU."""
+        c = self.coefficients
         if not requests:
             return 0.0
         lm_flops = requests * self._lm_head_flops_per_token
@@ -306,7 +323,16 @@ class CostModel:
             self._lm_head_bytes / c.weight_read_bytes_per_s,
         )
 
-    def _prefill_layer(self, kind: _LayerKind, attention: Sequence[float], tokens: Sequence[int]) -> float:
+    def _gemm_at(self, tokens: list[int]) -> list[float]:
+        """The GEMM efficiency at each GPU's token count (0.0 where it has none, unused there)."""
+        gemm = self.coefficients.gemm
+        return [gemm.at(n) if n > 0 else 0.0 for n in tokens]
+
+    def _prefill_layer(
+        self, kind: _LayerKind, attention: list[float], tokens: list[int], gemm: list[float]
+    ) -> float:
+        # Lists, not Sequences: the native build indexes a list directly, a Sequence through the generic
+        # protocol with a boxed index per read. `gemm`: `_gemm_at(tokens)`.
         c = self.coefficients
         if len(attention) != len(tokens):
             raise ValueError("one attention time and one token count per GPU")
@@ -315,7 +341,8 @@ class CostModel:
         most_tokens = 0
         for i in range(len(tokens)):  # index loops, not zip/sum/max: no interpreted builtin calls per step
             n = tokens[i]
-            slowest = max(slowest, attention[i] + self._dense_linear_s(kind, n))
+            dense = self._dense_linear_at(kind, n, gemm[i]) if n > 0 else 0.0
+            slowest = max(slowest, attention[i] + dense)
             group_tokens += n
             if i == 0 or n > most_tokens:
                 most_tokens = n
@@ -332,8 +359,12 @@ class CostModel:
     def _dense_linear_s(self, kind: _LayerKind, tokens: int) -> float:
         if tokens <= 0:
             return 0.0
+        return self._dense_linear_at(kind, tokens, self.coefficients.gemm.at(tokens))
+
+    def _dense_linear_at(self, kind: _LayerKind, tokens: int, gemm_efficiency: float) -> float:
+        """`_dense_linear_s` with the GEMM curve already read at `tokens` (> 0)."""
         c = self.coefficients
-        compute = tokens * kind.dense_flops_per_token / (c.linear_flops_per_s * c.gemm.at(tokens))
+        compute = tokens * kind.dense_flops_per_token / (c.linear_flops_per_s * gemm_efficiency)
         return max(compute, kind.dense_weight_bytes / c.weight_read_bytes_per_s)
 
     def _experts_s(self, kind: _LayerKind, group_tokens: int, ep: int) -> float:
