@@ -165,7 +165,9 @@ def _alone(start_s: float, size_bytes: float, caps: tuple[float, float]) -> floa
 
 def test_a_path_whose_flows_ended_starts_afresh_later() -> None:
     # The network keeps an emptied path's group and restarts it: a later flow there must finish at
-    # exactly the time a new network gives it (sizes chosen so that a leftover clock would round).
+    # exactly the time a new network gives it. (A restart that left the old rate or clock would still
+    # pass here: the next rate update overwrites both; `test_a_restarted_group_is_a_new_group` checks
+    # the reset itself, field by field.)
     caps = (7.3 * GB, 11.9 * GB)
     sim, net, fin = make_net()
     path = [net.add_link("l1", caps[0]), net.add_link("l2", caps[1])]
