@@ -374,12 +374,11 @@ class LinkNetwork:
             # New, or emptied in this instant: that one stays in this instant's update as it is, and the
             # path gets a new group, as if the emptied one had been dropped.
             group = groups[path] = FlowGroup(path, high, now_s)
-            for link in path:
-                link.groups[group] = None
         elif group.num_flows == 0:
             group.restart(now_s)  # emptied in an earlier instant: the state of a new group
+        if group.num_flows == 0:  # new or restarted: onto its links, at the end of each link's order
             for link in path:
-                link.groups[group] = None  # at the end of the link's order, as a new group
+                link.groups[group] = None
         self._mark_dirty(group)
         rate = group.rate  # joins at its group's rate until the update at the end of this instant
         group.vtime_bytes += rate * (now_s - group.last_s)
