@@ -161,6 +161,16 @@ def decode_step_time_s(
     return gpu_cost_model(model, hw).decode_step_time_s(batch_size, total_context_tokens)
 
 
+def _new_tokens(batch: Sequence[Request]) -> tuple[int, int]:
+    """(new tokens, requests with new tokens) of one GPU's batch of (cached, new) requests."""
+    total = count = 0
+    for _, new in batch:
+        total += new
+        if new > 0:
+            count += 1
+    return total, count
+
+
 @dataclass(frozen=True)
 class _LayerKind:
     """What a layer costs per token; layers with equal numbers share one evaluation."""
@@ -257,12 +267,12 @@ class CostModel:
         """One layer of a lock-stepped group (one batch per GPU). None: a typical (MoE if any) layer."""
         kind = self._kinds[-1] if layer_index is None else self._layer_kind[layer_index]
         attention = [self.attention_layer_time_s(batch) for batch in per_gpu_batches]
-        tokens = [sum(new for _, new in batch) for batch in per_gpu_batches]
+        tokens = [_new_tokens(batch)[0] for batch in per_gpu_batches]
         return self._prefill_layer(kind, attention, tokens, self._gemm_at(tokens))
 
     def prefill_layer_times_s(self, per_gpu_batches: Sequence[Sequence[Request]]) -> tuple[float, ...]:
         attention = [self.attention_layer_time_s(batch) for batch in per_gpu_batches]
-        tokens = [sum(new for _, new in batch) for batch in per_gpu_batches]
+        tokens = [_new_tokens(batch)[0] for batch in per_gpu_batches]
         gemm = self._gemm_at(tokens)
         by_kind = {id(k): self._prefill_layer(k, attention, tokens, gemm) for k in self._kinds}
         return tuple(by_kind[id(k)] for k in self._layer_kind)
@@ -278,11 +288,7 @@ class CostModel:
         most_requests = 0  # the most requests with new tokens on one GPU: the LM head's batch
         for batch in per_gpu_batches:  # one pass over the batches (the sequences are generic here)
             attention.append(self.attention_layer_time_s(batch))
-            total = count = 0
-            for _, new in batch:
-                total += new
-                if new > 0:
-                    count += 1
+            total, count = _new_tokens(batch)
             tokens.append(total)
             if count > most_requests:
                 most_requests = count
@@ -304,10 +310,7 @@ class CostModel:
     def _lm_head_s(self, per_gpu_batches: Sequence[Sequence[Request]]) -> float:
         requests = 0  # the most requests with new tokens on one GPU (loops: no interpreted max/sum call)
         for batch in per_gpu_batches:
-            count = 0
-            for _, new in batch:
-                if new > 0:
-                    count += 1
+            count = _new_tokens(batch)[1]
             if count > requests:
                 requests = count
         return self._lm_head_for(requests)
