@@ -6,24 +6,23 @@ last token; `ClusterCore.start_decode_run` caps them), and `advance(steps)` retu
 interest of the run (a second token, a filled Full Block to persist, a last token) with the step it
 came at. Runs of any length see the same events.
 
-Requests are tracked lazily against the node's step counter (a calendar: each request sits in the
-bucket of its next event step, and a small heap holds the steps that have a bucket), so a run costs
-O(events), not O(requests); events come out by (step, request id), as from one heap of all requests.
-`Request.generated_tokens` is brought up to date whenever one of its events is processed.
+Requests are tracked lazily against the node's step counter: each running request has one record
+(`_Running`: where it joined, its next event step) in a heap ordered by (next event step, request id),
+so a run costs O(events × log batch), not O(requests), and events come out by (step, request id). The
+heaps are the node's own (`_heap_push`/`_heap_pop`: `heapq`'s algorithm on the entries' integer
+fields): a record goes back after its event instead of a new entry being made, and two keys compare
+without a tuple or a call through `heapq`. `Request.generated_tokens` is brought up to date whenever one of its
+events is processed.
 """
 
 from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass, field
-from typing import Final
+from typing import TypeVar, final
 
 from dualpath.records import fields_repr
 from dualpath.request import Request
-
-# `heapq`'s functions as compiled constants: a call through the module looks the name up in its dict.
-_heappush: Final = heapq.heappush
-_heappop: Final = heapq.heappop
 
 
 @dataclass
@@ -78,6 +77,88 @@ class DecodeEvent:
         return fields_repr(self, _DECODE_EVENT_FIELDS)
 
 
+class _Keyed:
+    """An entry of a node's heaps: a step and a request id, ordered by step, then id (unique, so the
+    order is total). The last-token heap holds these; the event heap holds `_Running` records."""
+
+    __slots__ = ("step", "request_id")
+
+    def __init__(self, step: int, request_id: int) -> None:
+        self.step = step
+        self.request_id = request_id
+
+    def __lt__(self, other: _Keyed) -> bool:
+        return _before(self, other)  # for `heapq.heapify` in `DecodeNode.shorten`
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(step={self.step}, request_id={self.request_id})"
+
+
+@final
+class _Running(_Keyed):
+    """A request in a node's continuous batch: the step it joined at and its tokens then; its `step`
+    is that of its next token of interest (its key in the node's event heap)."""
+
+    __slots__ = ("request", "join_step", "gen_at_join")
+
+    def __init__(self, request: Request, join_step: int, gen_at_join: int) -> None:
+        super().__init__(0, request.request_id)
+        self.request = request
+        self.join_step = join_step
+        self.gen_at_join = gen_at_join
+
+
+_K = TypeVar("_K", bound=_Keyed)
+
+
+def _before(a: _Keyed, b: _Keyed) -> bool:
+    """Heap order: step, then request id."""
+    if a.step != b.step:
+        return a.step < b.step
+    return a.request_id < b.request_id
+
+
+def _heap_push(heap: list[_K], entry: _K) -> None:
+    """`heapq.heappush` with `_before`: the new entry up from the bottom."""
+    heap.append(entry)
+    pos = len(heap) - 1
+    while pos > 0:
+        parent_pos = (pos - 1) >> 1
+        parent = heap[parent_pos]
+        if not _before(entry, parent):
+            break
+        heap[pos] = parent
+        pos = parent_pos
+    heap[pos] = entry
+
+
+def _heap_pop(heap: list[_K]) -> _K:
+    """`heapq.heappop` with `_before` (the hole down to a leaf, the last entry up from there)."""
+    last = heap.pop()
+    if not heap:
+        return last
+    top = heap[0]
+    end = len(heap)
+    pos = 0
+    child = 1
+    while child < end:
+        right = child + 1
+        if right < end and not _before(heap[child], heap[right]):
+            child = right
+        heap[pos] = heap[child]
+        pos = child
+        child = 2 * pos + 1
+    while pos > 0:
+        parent_pos = (pos - 1) >> 1
+        parent = heap[parent_pos]
+        if not _before(last, parent):
+            break
+        heap[pos] = parent
+        pos = parent_pos
+    heap[pos] = last
+    return top
+
+
 @dataclass
 class DecodeNode:
     node_id: int
@@ -87,11 +168,11 @@ class DecodeNode:
     reserved_tokens: int = 0  # Σ of its engines' reserved_tokens: the group's Σ tok_e, O(1) per fetch
     joining: list[Request] = field(default_factory=list)
     run_steps: int = 0  # steps of the decode run in flight (`ClusterCore.start_decode_run`); 0: none
-    # Calendar of next events (module NOTE): step -> [(id, request)], and a heap of those steps.
-    _events: dict[int, list[tuple[int, Request]]] = field(default_factory=dict)
-    _event_steps: list[int] = field(default_factory=list)
-    _join_step: dict[int, tuple[int, int]] = field(default_factory=dict)  # id -> (step, generated)
-    _finish_heap: list[tuple[int, int]] = field(default_factory=list)  # (last-token step, id)
+    # The running requests by id, in merge order, and the same records as a heap of next events
+    # (module NOTE).
+    _running: dict[int, _Running] = field(default_factory=dict)
+    _due: list[_Running] = field(default_factory=list)
+    _finish_heap: list[_Keyed] = field(default_factory=list)  # (last-token step, id)
 
     def engine(self, engine_id: int) -> DecodeEngine:
         return self.engines[engine_id - self.engines[0].engine_id]
@@ -108,7 +189,7 @@ class DecodeNode:
 
     @property
     def num_running(self) -> int:
-        return len(self._join_step)
+        return len(self._running)
 
     def merge_joiners(self) -> bool:
         """Joiners enter the running batch at a step boundary; True if anything is running."""
@@ -117,24 +198,26 @@ class DecodeNode:
             e = self.engine(request.de_engine)
             e.running += 1
             e.ctx_base += request.kv_tokens - self.steps_done
-            self._join_step[request.request_id] = (self.steps_done, request.generated_tokens)
-            self._add_event(self._next_event_step(request), request)
+            running = _Running(request, self.steps_done, request.generated_tokens)
+            self._running[request.request_id] = running
+            running.step = self._next_event_step(request)
+            _heap_push(self._due, running)
             last = self.steps_done + max(1, request.gen_tokens - request.generated_tokens)
-            _heappush(self._finish_heap, (last, request.request_id))
+            _heap_push(self._finish_heap, _Keyed(last, request.request_id))
         self.joining.clear()
-        return bool(self._join_step)
+        return bool(self._running)
 
     def batch_ids(self) -> tuple[int, ...]:
         """Ids of the running requests, in the order they merged."""
-        return tuple(self._join_step)
+        return tuple(self._running)
 
     def shape(self) -> tuple[tuple[int, int], ...]:
         """Per engine (batch size, Σ context tokens) for the cost of the next step."""
         return tuple((e.running, e.ctx_base + e.running * self.steps_done) for e in self.engines)
 
     def steps_to_next_event(self) -> int:
-        """Steps until the next token of interest of any request (inspection: the calendar's head)."""
-        return max(1, self._event_steps[0] - self.steps_done) if self._event_steps else 0
+        """Steps until the next token of interest of any request (inspection: the event heap's head)."""
+        return max(1, self._due[0].step - self.steps_done) if self._due else 0
 
     def steps_to_next_batch_change(self) -> int:
         """Steps until a request's last token (the batch shrinks); 0 when nothing runs.
@@ -142,22 +225,18 @@ class DecodeNode:
         Second tokens and filled blocks do not change the batch: a driver may run past them and
         process them late (`DecodeEvent.step` says when they happened).
         """
-        return max(1, self._finish_heap[0][0] - self.steps_done) if self._finish_heap else 0
+        return max(1, self._finish_heap[0].step - self.steps_done) if self._finish_heap else 0
 
     def advance(self, steps: int) -> list[DecodeEvent]:
         self.steps_done += steps
         events: list[DecodeEvent] = []
-        event_steps, calendar = self._event_steps, self._events
-        while event_steps and event_steps[0] <= self.steps_done:
-            step = _heappop(event_steps)
-            due = calendar.pop(step)
-            if len(due) > 1:
-                due.sort()  # by request id (ids are unique, so requests are never compared)
-            for _, request in due:
-                events.append(self._process(request, step))
+        due = self._due
+        # An event's record goes back with a later step (> steps_done): the loop never sees it again.
+        while due and due[0].step <= self.steps_done:
+            events.append(self._process(_heap_pop(due)))
         finish = self._finish_heap
-        while finish and finish[0][0] <= self.steps_done:
-            _heappop(finish)
+        while finish and finish[0].step <= self.steps_done:
+            _heap_pop(finish)
         return events
 
     def shorten(self, request: Request) -> None:
@@ -165,29 +244,22 @@ class DecodeNode:
         step join + (gen_tokens - generated at join), maybe before its next event or even before now
         (its decode node stopped it inside the run just done): its next event moves there, so that the
         next `advance` finishes it with exactly gen_tokens tokens."""
-        joined = self._join_step.get(request.request_id)
-        if joined is None:  # not in the batch yet: `merge_joiners` reads the new gen_tokens
+        running = self._running.get(request.request_id)
+        if running is None:  # not in the batch yet: `merge_joiners` reads the new gen_tokens
             return
-        join_step, gen_at_join = joined
-        last = join_step + max(0, request.gen_tokens - gen_at_join)
-        for step, due in self._events.items():
-            index = next((i for i, (rid, _) in enumerate(due) if rid == request.request_id), None)
-            if index is None:
-                continue
-            if step > last:
-                del due[index]
-                if not due:
-                    del self._events[step]
-                    self._event_steps.remove(step)
-                    heapq.heapify(self._event_steps)
-                self._add_event(last, request)
-            break
-        _heappush(self._finish_heap, (last, request.request_id))
+        last = running.join_step + max(0, request.gen_tokens - running.gen_at_join)
+        if running.step > last:
+            running.step = last
+            heapq.heapify(self._due)  # rare (an early finish): the whole heap, in `_before` order
+        _heap_push(self._finish_heap, _Keyed(last, request.request_id))
 
-    def _process(self, request: Request, step: int) -> DecodeEvent:
-        join_step, gen_at_join = self._join_step[request.request_id]
+    def _process(self, running: _Running) -> DecodeEvent:
+        """The event of `running` at its `step` (≤ now): its tokens brought up to date; back into
+        the heap at its next event unless it finished."""
+        request = running.request
+        step = running.step
         before = request.generated_tokens
-        generated = gen_at_join + self.steps_done - join_step
+        generated = running.gen_at_join + self.steps_done - running.join_step
         if generated > request.gen_tokens:  # it finished early, inside the steps just advanced (`shorten`)
             generated = request.gen_tokens
         request.generated_tokens = generated
@@ -198,11 +270,13 @@ class DecodeNode:
         assert request.de_engine is not None
         e = self.engine(request.de_engine)
         if finished:
-            del self._join_step[request.request_id]
+            del self._running[running.request_id]
             e.running -= 1
-            e.ctx_base -= request.prompt_tokens + max(0, gen_at_join - 1) - join_step  # its share at merge
+            # its share at merge
+            e.ctx_base -= request.prompt_tokens + max(0, running.gen_at_join - 1) - running.join_step
         else:
-            self._add_event(self._next_event_step(request), request)
+            running.step = self._next_event_step(request)
+            _heap_push(self._due, running)
         return DecodeEvent(
             request=request,
             step=step,
@@ -211,14 +285,6 @@ class DecodeNode:
             persisted_tokens=request.persisted_tokens,
             finished=finished,
         )
-
-    def _add_event(self, step: int, request: Request) -> None:
-        due = self._events.get(step)
-        if due is None:
-            self._events[step] = [(request.request_id, request)]
-            _heappush(self._event_steps, step)
-        else:
-            due.append((request.request_id, request))
 
     def _next_event_step(self, request: Request) -> int:
         """Absolute step of the request's next second-token / block-full / last-token event."""
@@ -229,9 +295,9 @@ class DecodeNode:
         return self.steps_done + max(1, until)
 
     def check_invariants(self) -> None:
-        assert sum(e.running for e in self.engines) == len(self._join_step)
-        assert sorted(self._event_steps) == sorted(self._events)
-        assert sum(map(len, self._events.values())) == len(self._join_step)  # one next event per request
+        assert sum(e.running for e in self.engines) == len(self._running)
+        assert sorted(r.request_id for r in self._due) == sorted(self._running)  # one next event each
+        assert all(self._running[r.request_id] is r for r in self._due)
         for e in self.engines:
             assert 0 <= e.reserved_tokens <= max(e.hbm_tokens, e.reserved_tokens)
         assert self.reserved_tokens == sum(e.reserved_tokens for e in self.engines)

@@ -1,0 +1,110 @@
+"""A DE node's event heap: events by (step, request id), runs of any length alike, early finishes."""
+
+from __future__ import annotations
+
+import random
+
+from dualpath.engine.decode import DecodeEngine, DecodeEvent, DecodeNode
+from dualpath.request import Request
+
+BLOCK_TOKENS = 16
+
+
+def _node() -> DecodeNode:
+    return DecodeNode(0, [DecodeEngine(e, 0, 10**9) for e in range(3)], block_tokens=BLOCK_TOKENS)
+
+
+def _request(rng: random.Random, request_id: int) -> Request:
+    prompt = rng.randint(1, 70)
+    return Request(request_id=request_id, trajectory_id=0, round_index=0, prompt_tokens=prompt, hit_tokens=0,
+                   gen_tokens=rng.randint(1, 60), arrival_s=0.0, de_engine=rng.randrange(3), generated_tokens=1,
+                   persisted_tokens=prompt // BLOCK_TOKENS * BLOCK_TOKENS)  # fmt: skip
+
+
+def _key(ev: DecodeEvent) -> tuple[int, int, bool, int, int, bool]:
+    return (
+        ev.step,
+        ev.request.request_id,
+        ev.second_token,
+        ev.persist_tokens,
+        ev.persisted_tokens,
+        ev.finished,
+    )
+
+
+def _replay(seed: int, run_steps: list[int]) -> tuple[list[tuple[int, ...]], list[Request]]:
+    """40 requests (ids shuffled) join at step 0; the node advances in runs of the given lengths, each cut at
+    the next batch change as `ClusterCore.start_decode_run` does. Every event in the order it came out,
+    with the step the run ended at."""
+    rng = random.Random(seed)
+    ids = list(range(1, 41))
+    rng.shuffle(ids)
+    requests = [_request(rng, i) for i in ids]
+    node = _node()
+    node.joining.extend(requests)
+    node.merge_joiners()
+    out = []
+    runs = iter(run_steps * 10_000)
+    while node.num_running:
+        events = node.advance(min(next(runs), node.steps_to_next_batch_change()))
+        assert [(e.step, e.request.request_id) for e in events] == sorted(
+            (e.step, e.request.request_id) for e in events
+        )
+        out += [(*_key(e), node.steps_done) for e in events]
+        node.check_invariants()
+    return out, requests
+
+
+def test_step_by_step_each_request_has_its_own_events() -> None:
+    """Second token one step after joining, a persist at each filled block, the last token at gen_tokens."""
+    events, requests = _replay(0, [1])
+    for r in requests:
+        mine = [k for k in events if k[1] == r.request_id]
+        gen = r.gen_tokens
+        assert [k[0] for k in mine if k[5]] == [gen - 1]  # joined with 1 token: one more per step
+        assert [k[0] for k in mine if k[2]] == ([1] if gen >= 2 else [])
+        # A block fills when kv = prompt + g - 1 = prompt + step reaches a multiple of the block size.
+        blocks = [s for s in range(1, gen) if (r.prompt_tokens + s) % BLOCK_TOKENS == 0]
+        assert [k[0] for k in mine if k[3]] == blocks
+        assert r.generated_tokens == gen
+        assert r.persisted_tokens == (r.prompt_tokens + gen - 1) // BLOCK_TOKENS * BLOCK_TOKENS
+
+
+def test_runs_of_any_length_end_every_request_at_the_same_step() -> None:
+    for seed in range(4):
+        one_step, _ = _replay(seed, [1])
+        for runs in ([7, 1, 3], [10**6]):
+            events, requests = _replay(seed, runs)
+            # Second tokens at the same steps; last tokens out when the same run ends (a late event that
+            # also finishes its request keeps its own, earlier `step`).
+            assert sorted((k[1], k[0]) for k in events if k[2]) == sorted(
+                (k[1], k[0]) for k in one_step if k[2]
+            )
+            assert sorted((k[1], k[6]) for k in events if k[5]) == sorted(
+                (k[1], k[6]) for k in one_step if k[5]
+            )
+            assert all(r.generated_tokens == r.gen_tokens for r in requests)
+
+
+def test_a_shortened_request_finishes_with_exactly_its_new_output() -> None:
+    node = _node()
+    a = Request(request_id=5, trajectory_id=0, round_index=0, prompt_tokens=20, hit_tokens=0, gen_tokens=50,
+                arrival_s=0.0, de_engine=0, generated_tokens=1, persisted_tokens=16)  # fmt: skip
+    b = Request(request_id=3, trajectory_id=0, round_index=0, prompt_tokens=20, hit_tokens=0, gen_tokens=50,
+                arrival_s=0.0, de_engine=1, generated_tokens=1, persisted_tokens=16)  # fmt: skip
+    node.joining += [a, b]
+    node.merge_joiners()
+    node.advance(5)  # second tokens out; next events at the filled blocks (step 13)
+    a.gen_tokens = 8
+    node.shorten(a)  # its last token moves before its next event: at join + 7 = step 7
+    node.check_invariants()
+    assert node.steps_to_next_batch_change() == 2
+    events = node.advance(2)
+    assert [(e.request.request_id, e.step, e.finished) for e in events] == [(5, 7, True)]
+    assert a.generated_tokens == 8 and node.num_running == 1
+    # The stale last-token entry of `a` (step 49) only ends a run early; `b` runs on to its own end.
+    b_end = [e for e in node.advance(node.steps_to_next_batch_change()) if e.finished]
+    while not b_end:
+        b_end = [e for e in node.advance(node.steps_to_next_batch_change()) if e.finished]
+    assert b_end[0].request is b and b.generated_tokens == 50 and node.num_running == 0
+    node.check_invariants()
