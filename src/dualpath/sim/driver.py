@@ -313,15 +313,6 @@ class Simulation:
         if config.early_stop is not None:
             self._watches.append(EarlyStopWatch(config.early_stop))
         self.stop_reason: str | None = None
-        self._handlers: dict[type, Callable] = {  # type: ignore[type-arg]
-            cmd.StartRead: self._read,
-            cmd.StartPrefillStep: self._start_step,
-            cmd.StartH2D: self._h2d,
-            cmd.StartPersist: self._persist,
-            cmd.DecodeChanged: self._decode_changed,
-            cmd.TokenMilestone: self._milestone,
-            cmd.RequestDone: self._done,
-        }
         self.failure_log: list[tuple[float, int, int]] = []  # (time s, node, requests re-planned)
         # Handed to the kernel and the link network on every flow or step: bound once here, because in
         # the native build each `self._read_done` used as a value builds a new bound-method object.
@@ -399,9 +390,25 @@ class Simulation:
             self.sim.schedule(SAMPLE_INTERVAL_S, self._sample, priority=2)
 
     def _do(self, commands: list[cmd.Command]) -> None:
-        handlers = self._handlers
         for c in commands:
-            handlers[type(c)](c)
+            # An isinstance chain, most frequent first: the native build tests each type by pointer and
+            # calls the handler directly, where a dict of bound methods costs a lookup and a generic call.
+            if isinstance(c, cmd.TokenMilestone):
+                self._milestone(c)
+            elif isinstance(c, cmd.StartPersist):
+                self._persist(c)
+            elif isinstance(c, cmd.StartRead):
+                self._read(c)
+            elif isinstance(c, cmd.StartH2D):
+                self._h2d(c)
+            elif isinstance(c, cmd.DecodeChanged):
+                self._decode_changed(c)
+            elif isinstance(c, cmd.RequestDone):
+                self._done(c)
+            elif isinstance(c, cmd.StartPrefillStep):
+                self._start_step(c)
+            else:
+                raise TypeError(f"no handler for command {c!r}")
         if self._touched:  # writes queued by these commands leave together
             touched, self._touched = self._touched, {}
             for pipe in touched:
