@@ -390,11 +390,11 @@ class ClusterCore:
         """A `StartRead` finished. `usable_tokens` < the part's tokens: the read found a block of its
         range corrupt or missing (DESIGN §4 "faults"; a simulated store loses nothing): the request's hit
         ends there (`_shrink_hit`)."""
-        if request_id not in self._active:
+        request = self._active.get(request_id)
+        if request is None:
             return []  # re-planned while it read (`on_node_down`, `abandon`): its part was dropped then
         part_tokens = self.readers[node_id].finish(request_id).tokens
         self.scheduler.mark_de_report_due(node_id)
-        request = self._active[request_id]
         request.parts_reading -= 1
         if usable_tokens is not None and usable_tokens < part_tokens:
             _, start_tokens = self._read_part_start(request, node_id)
@@ -556,9 +556,9 @@ class ClusterCore:
         return out
 
     def on_h2d_done(self, request_id: int, now_s: float) -> list[Command]:
-        if request_id not in self._active:
+        request = self._active.get(request_id)  # one lookup: None when re-planned meanwhile
+        if request is None:
             return []
-        request = self._active[request_id]
         request.dram_holds -= 1
         return self._maybe_release_dram(request) + self._join(request)
 
@@ -714,9 +714,9 @@ class ClusterCore:
             self._active.pop(request.request_id, None)
 
     def on_persist_done(self, request_id: int, from_hbm: bool, now_s: float) -> list[Command]:
-        if request_id not in self._active:
+        request = self._active.get(request_id)  # one lookup: None when re-planned meanwhile
+        if request is None:
             return []
-        request = self._active[request_id]
         request.persists_in_flight -= 1
         out: list[Command] = []
         if not from_hbm and not self.mode.skip_io:  # oracle: no DE buffer holds the prompt
