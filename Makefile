@@ -18,7 +18,8 @@ $(STAMP): pyproject.toml $(NATIVE_SOURCES)
 	# The build tools first, then build in this venv (--no-build-isolation) so setup.py finds mypyc;
 	# without mypyc or a C compiler it installs pure Python. DUALPATH_PURE_PYTHON=1 make: pure Python.
 	# numpy too: mypyc type-checks the compiled modules, which import it, before pip installs dependencies.
-	$(BIN)/pip install -q 'setuptools>=68' 'mypy>=1.10' 'numpy>=1.26'
+	# mypy >= 2.4: its mypyc knows `mypyc_attr(acyclic=..., free_list_len=...)` (docs/simulator-native.md).
+	$(BIN)/pip install -q 'setuptools>=68' 'mypy>=2.4' 'numpy>=1.26'
 	$(BIN)/pip install -q --no-build-isolation -e '.[dev,ray]'
 	$(BIN)/python -c "from dualpath.native import describe; print(describe())"
 	touch $(STAMP)

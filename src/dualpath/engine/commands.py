@@ -18,17 +18,23 @@ NOTE: plain slotted classes built by keyword and never changed after, not frozen
 NamedTuples: the simulator builds several per event. A frozen dataclass's `__init__` took ≈14 % of its
 CPU (one `object.__setattr__` per field), and in the native build (docs/simulator-native.md) both a
 dataclass's generated `__init__` and a NamedTuple's `__new__` stay interpreted, while a class's own
-`__init__` compiles to C. They compare by identity; `repr` shows their fields.
+`__init__` compiles to C. They compare by identity; `repr` shows their fields. A command holds plain
+values (and a step's list of items), never anything that refers back to it, so it can be in no reference
+cycle: `mypyc_attr(acyclic=True)` leaves it out of the cyclic garbage collector, whose tracking and
+untracking of every object made and freed is a share of each event's cost (docs/simulator-native.md).
 """
 
 from __future__ import annotations
 
 from typing import ClassVar
 
+from mypy_extensions import mypyc_attr
+
 from dualpath.records import fields_repr
 from dualpath.request import Request
 
 
+@mypyc_attr(acyclic=True)
 class _Command:
     """Base of the commands: a readable repr from the fields each class lists in `_fields`."""
 
@@ -39,6 +45,7 @@ class _Command:
         return fields_repr(self, self._fields)
 
 
+@mypyc_attr(acyclic=True)
 class StartRead(_Command):
     """Read the request's hit tokens [start_tokens, start_tokens + tokens) from storage on `node_id`
     (its PE-side part, or the DE-side part of a split read, §5)."""
@@ -64,6 +71,7 @@ class StartRead(_Command):
         self.pe_side = pe_side  # False: read by the request's DE node, forwarded over the CNICs
 
 
+@mypyc_attr(acyclic=True)
 class StepItem(_Command):
     """One request's share of a PE forward, with the tokens each hop moves (per all layers).
 
@@ -122,6 +130,7 @@ class StepItem(_Command):
         self.completes_prefill = completes_prefill
 
 
+@mypyc_attr(acyclic=True)
 class StartPrefillStep(_Command):
     _fields = ("node_id", "step_id", "layerwise", "batches")
     __slots__ = _fields
@@ -135,6 +144,7 @@ class StartPrefillStep(_Command):
         self.batches = batches  # one tuple per engine of the node (may be empty)
 
 
+@mypyc_attr(acyclic=True)
 class StartH2D(_Command):
     """The prompt's `tokens` of KV, DE buffer => DE HBM; its first `hit_tokens` came from storage."""
 
@@ -148,6 +158,7 @@ class StartH2D(_Command):
         self.hit_tokens = hit_tokens
 
 
+@mypyc_attr(acyclic=True)
 class StartPersist(_Command):
     """Write the Full Blocks of tokens [start_tokens, start_tokens + tokens) to storage."""
 
@@ -169,6 +180,7 @@ class StartPersist(_Command):
         return self.start_tokens + self.tokens
 
 
+@mypyc_attr(acyclic=True)
 class DecodeChanged(_Command):
     _fields = ("node_id",)
     __slots__ = _fields
@@ -177,6 +189,7 @@ class DecodeChanged(_Command):
         self.node_id = node_id
 
 
+@mypyc_attr(acyclic=True)
 class TokenMilestone(_Command):
     _fields = ("request_id", "de_engine", "token_index", "last", "steps_before_now")
     __slots__ = _fields
@@ -193,6 +206,7 @@ class TokenMilestone(_Command):
         self.steps_before_now = steps_before_now
 
 
+@mypyc_attr(acyclic=True)
 class RequestDone(_Command):
     """What the request ended with: its engines, its usable hit and the part each side read."""
 
@@ -217,6 +231,7 @@ class RequestDone(_Command):
         self.de_read_tokens = de_read_tokens
 
 
+@mypyc_attr(acyclic=True)
 class RequestView(_Command):
     """A request as the core has it now (`ClusterCore.view`, the joiners of a decode run, the requests a
     node death re-plans): a copy, so a driver reads the core's state without holding the core's own

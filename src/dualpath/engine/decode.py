@@ -21,6 +21,8 @@ import heapq
 from dataclasses import dataclass, field
 from typing import TypeVar, final
 
+from mypy_extensions import mypyc_attr
+
 from dualpath.records import fields_repr
 from dualpath.request import Request
 
@@ -50,6 +52,9 @@ _DECODE_EVENT_FIELDS = (
 )  # slots and repr
 
 
+# Made and dropped per event: in no reference cycle (it refers to its request, nothing refers back), so
+# out of the cyclic GC, and one freed object kept for the next (docs/simulator-native.md).
+@mypyc_attr(acyclic=True, free_list_len=1)
 class DecodeEvent:
     """A request's token of interest, out of `DecodeNode.advance` (a plain class: see `EngineLoad`)."""
 
@@ -77,6 +82,7 @@ class DecodeEvent:
         return fields_repr(self, _DECODE_EVENT_FIELDS)
 
 
+@mypyc_attr(acyclic=True)  # ints and a request, never referred back to: in no cycle (as `DecodeEvent`)
 class _Keyed:
     """An entry of a node's heaps: a step and a request id, ordered by step, then id (unique, so the
     order is total). The last-token heap holds these; the event heap holds `_Running` records."""
@@ -95,6 +101,7 @@ class _Keyed:
 
 
 @final
+@mypyc_attr(acyclic=True)
 class _Running(_Keyed):
     """A request in a node's continuous batch: the step it joined at and its tokens then; its `step`
     is that of its next token of interest (its key in the node's event heap)."""

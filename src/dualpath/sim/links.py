@@ -35,6 +35,8 @@ from collections.abc import Callable, Sequence
 from enum import IntEnum
 from typing import Any, Final
 
+from mypy_extensions import mypyc_attr
+
 from dualpath.sim.kernel import EventHandle, Simulator
 from dualpath.sim.links_fill import (
     FlowGroup,
@@ -187,6 +189,7 @@ def _seq(flow: Flow) -> int:
     return flow._seq
 
 
+@mypyc_attr(free_list_len=1)  # one made and one freed per transfer: a freed one kept for the next
 class Flow:
     """A transfer of `size_bytes` across `path`; `on_done(*args)` runs when the last byte arrives."""
 
