@@ -125,10 +125,9 @@ def _before(a: _Keyed, b: _Keyed) -> bool:
     return a.request_id < b.request_id
 
 
-def _heap_push(heap: list[_K], entry: _K) -> None:
-    """`heapq.heappush` with `_before`: the new entry up from the bottom."""
-    heap.append(entry)
-    pos = len(heap) - 1
+def _sift_up(heap: list[_K], pos: int, entry: _K) -> None:
+    """Put `entry` at `pos` or above it, moving the later parents down (as `kernel._sift_up`, whose
+    entries are the kernel's events: each heap compares its own type's fields unboxed)."""
     while pos > 0:
         parent_pos = (pos - 1) >> 1
         parent = heap[parent_pos]
@@ -137,6 +136,12 @@ def _heap_push(heap: list[_K], entry: _K) -> None:
         heap[pos] = parent
         pos = parent_pos
     heap[pos] = entry
+
+
+def _heap_push(heap: list[_K], entry: _K) -> None:
+    """`heapq.heappush` with `_before`: the new entry up from the bottom."""
+    heap.append(entry)
+    _sift_up(heap, len(heap) - 1, entry)
 
 
 def _heap_pop(heap: list[_K]) -> _K:
@@ -155,14 +160,7 @@ def _heap_pop(heap: list[_K]) -> _K:
         heap[pos] = heap[child]
         pos = child
         child = 2 * pos + 1
-    while pos > 0:
-        parent_pos = (pos - 1) >> 1
-        parent = heap[parent_pos]
-        if not _before(last, parent):
-            break
-        heap[pos] = parent
-        pos = parent_pos
-    heap[pos] = last
+    _sift_up(heap, pos, last)
     return top
 
 
