@@ -11,8 +11,8 @@ Requests are tracked lazily against the node's step counter: each running reques
 so a run costs O(events × log batch), not O(requests), and events come out by (step, request id). The
 heaps are the node's own (`_heap_push`/`_heap_pop`: `heapq`'s algorithm on the entries' integer
 fields): a record goes back after its event instead of a new entry being made, and two keys compare
-without a tuple or a call through `heapq`. `Request.generated_tokens` is brought up to date whenever one of its
-events is processed.
+without a tuple or a call through `heapq`. `Request.generated_tokens` is brought up to date whenever
+one of its events is processed.
 """
 
 from __future__ import annotations
