@@ -391,20 +391,22 @@ class Simulation:
 
     def _do(self, commands: list[cmd.Command]) -> None:
         for c in commands:
-            # An isinstance chain, most frequent first: the native build tests each type by pointer and
-            # calls the handler directly, where a dict of bound methods costs a lookup and a generic call.
-            if isinstance(c, cmd.TokenMilestone):
-                self._milestone(c)
-            elif isinstance(c, cmd.StartPersist):
+            # An isinstance chain, most frequent first (2P4D 128 agents: ≈ 3.3 persists and 3 milestones
+            # per request, one of each of the next four, fewer prefill steps): the native build tests
+            # each type by pointer and calls the handler directly, where a dict of bound methods costs a
+            # lookup and a generic call.
+            if isinstance(c, cmd.StartPersist):
                 self._persist(c)
-            elif isinstance(c, cmd.StartRead):
-                self._read(c)
+            elif isinstance(c, cmd.TokenMilestone):
+                self._milestone(c)
+            elif isinstance(c, cmd.RequestDone):
+                self._done(c)
             elif isinstance(c, cmd.StartH2D):
                 self._h2d(c)
             elif isinstance(c, cmd.DecodeChanged):
                 self._decode_changed(c)
-            elif isinstance(c, cmd.RequestDone):
-                self._done(c)
+            elif isinstance(c, cmd.StartRead):
+                self._read(c)
             elif isinstance(c, cmd.StartPrefillStep):
                 self._start_step(c)
             else:
