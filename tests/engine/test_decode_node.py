@@ -103,7 +103,7 @@ def test_a_shortened_request_finishes_with_exactly_its_new_output() -> None:
     assert [(e.request.request_id, e.step, e.finished) for e in events] == [(5, 7, True)]
     assert a.generated_tokens == 8 and node.num_running == 1
     # The stale last-token entry of `a` (step 49) only ends a run early; `b` runs on to its own end.
-    b_end = [e for e in node.advance(node.steps_to_next_batch_change()) if e.finished]
+    b_end: list[DecodeEvent] = []
     while not b_end:
         b_end = [e for e in node.advance(node.steps_to_next_batch_change()) if e.finished]
     assert b_end[0].request is b and b.generated_tokens == 50 and node.num_running == 0

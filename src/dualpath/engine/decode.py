@@ -108,8 +108,8 @@ class _Running(_Keyed):
 
     __slots__ = ("request", "join_step", "gen_at_join")
 
-    def __init__(self, request: Request, join_step: int, gen_at_join: int) -> None:
-        super().__init__(0, request.request_id)
+    def __init__(self, request: Request, join_step: int, gen_at_join: int, step: int) -> None:
+        super().__init__(step, request.request_id)
         self.request = request
         self.join_step = join_step
         self.gen_at_join = gen_at_join
@@ -203,9 +203,10 @@ class DecodeNode:
             e = self.engine(request.de_engine)
             e.running += 1
             e.ctx_base += request.kv_tokens - self.steps_done
-            running = _Running(request, self.steps_done, request.generated_tokens)
+            running = _Running(
+                request, self.steps_done, request.generated_tokens, self._next_event_step(request)
+            )
             self._running[request.request_id] = running
-            running.step = self._next_event_step(request)
             _heap_push(self._due, running)
             last = self.steps_done + max(1, request.gen_tokens - request.generated_tokens)
             _heap_push(self._finish_heap, _Keyed(last, request.request_id))
@@ -277,7 +278,7 @@ class DecodeNode:
         if finished:
             del self._running[running.request_id]
             e.running -= 1
-            # its share at merge
+            # What `merge_joiners` added to ctx_base for it (its kv_tokens then, less the join step).
             e.ctx_base -= request.prompt_tokens + max(0, running.gen_at_join - 1) - running.join_step
         else:
             running.step = self._next_event_step(request)
