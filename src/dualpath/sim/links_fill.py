@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import heapq
 import math
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, final
+
+from mypy_extensions import mypyc_attr
 
 if TYPE_CHECKING:
     from dualpath.sim.kernel import EventHandle
@@ -29,8 +31,7 @@ if TYPE_CHECKING:
 SAT_RTOL: Final = 1e-8
 # Infinity as a compiled constant: `float("inf")` in a loop parses the string on every pass in the native build.
 _INF: Final = math.inf
-# `heapq`'s functions as compiled constants: a call through the module looks the name up in its dict.
-_heappush: Final = heapq.heappush
+# `heapq`'s function as a compiled constant: a call through the module looks the name up in its dict.
 _heappop: Final = heapq.heappop
 
 
@@ -214,15 +215,17 @@ def _freeze(
 def _fill_with_heap(order: list[Link], frozen_at: dict[FlowGroup, Link] | None) -> list[FlowGroup]:
     """`fill`'s loop for large sets (a cluster of tens of nodes re-fills 100+ groups over as many links):
     the same choices, the link with the smallest fair share first and the earlier link on a tie, from a
-    heap of (fair share, link order) entries; an entry is stale once its link's share changed."""
-    heap = []
+    heap of `_Share` entries; an entry is stale once its link's share changed."""
+    heap = [_Share(link.fill_residual / link.fill_count, i, link) for i, link in enumerate(order)]
     for i, link in enumerate(order):
         link.fill_order = i
-        heap.append((link.fill_residual / link.fill_count, i, link))
-    heapq.heapify(heap)
+    for pos in range(len(heap) // 2 - 1, -1, -1):  # heapify: each parent down into its subtree
+        _share_sift_down(heap, pos, heap[pos])
     frozen: list[FlowGroup] = []
     while heap:
-        fair, _, bottleneck = _heappop(heap)
+        entry = _share_pop(heap)
+        fair = entry.fair
+        bottleneck = entry.link
         n_left = bottleneck.fill_count
         if n_left == 0 or bottleneck.fill_residual / n_left != fair:
             continue  # stale: the link left, or its share changed and a fresh entry was pushed
@@ -230,8 +233,74 @@ def _fill_with_heap(order: list[Link], frozen_at: dict[FlowGroup, Link] | None) 
         _freeze(bottleneck, fair if fair > 0.0 else 0.0, frozen, frozen_at, touched)
         for link in touched:
             if link.fill_count:
-                _heappush(heap, (link.fill_residual / link.fill_count, link.fill_order, link))
+                _share_push(heap, _Share(link.fill_residual / link.fill_count, link.fill_order, link))
     return frozen
+
+
+@final
+@mypyc_attr(acyclic=True)  # a float, an int and a link that never refers back to it: in no cycle
+class _Share:
+    """A heap entry of `_fill_with_heap`: a link's fair share when pushed, and the link's place in the
+    fill's order (the tie-break). The heap's sifts compare these fields unboxed, where `heapq` on
+    `(share, order, link)` tuples compares through the generic rich comparison, a bool object per pair."""
+
+    __slots__ = ("fair", "order", "link")
+
+    def __init__(self, fair: float, order: int, link: Link) -> None:
+        self.fair = fair
+        self.order = order
+        self.link = link
+
+
+def _share_before(a: _Share, b: _Share) -> bool:
+    """`(a.fair, a.order) < (b.fair, b.order)`: the order of the tuples these entries stand for."""
+    if a.fair != b.fair:
+        return a.fair < b.fair
+    return a.order < b.order
+
+
+def _share_sift_up(heap: list[_Share], pos: int, entry: _Share, root_pos: int) -> None:
+    """Put `entry` at `pos` or above it up to `root_pos`, moving the later parents down (`heapq`'s
+    `_siftdown`)."""
+    while pos > root_pos:
+        parent_pos = (pos - 1) >> 1
+        parent = heap[parent_pos]
+        if not _share_before(entry, parent):
+            break
+        heap[pos] = parent
+        pos = parent_pos
+    heap[pos] = entry
+
+
+def _share_sift_down(heap: list[_Share], pos: int, entry: _Share) -> None:
+    """Put `entry` at `pos` or below it: the hole down to a leaf along the earlier child, then `entry` up
+    from there (`heapq`'s `_siftup`)."""
+    end = len(heap)
+    root_pos = pos
+    child = 2 * pos + 1
+    while child < end:
+        right = child + 1
+        if right < end and not _share_before(heap[child], heap[right]):
+            child = right
+        heap[pos] = heap[child]
+        pos = child
+        child = 2 * pos + 1
+    _share_sift_up(heap, pos, entry, root_pos)
+
+
+def _share_push(heap: list[_Share], entry: _Share) -> None:
+    heap.append(entry)
+    _share_sift_up(heap, len(heap) - 1, entry, 0)
+
+
+def _share_pop(heap: list[_Share]) -> _Share:
+    """The earliest entry, removed; `heap` must not be empty."""
+    last = heap.pop()
+    if not heap:
+        return last
+    top = heap[0]
+    _share_sift_down(heap, 0, last)
+    return top
 
 
 # Above this many links in a re-filled set, `fill` keeps its candidates in a heap; below, the linear scan
