@@ -7,8 +7,7 @@ scheduler reserves it when the request is placed on a DE, so decode never preemp
 from __future__ import annotations
 
 import heapq
-from collections.abc import Sequence
-from typing import Final
+from collections.abc import Mapping, Sequence
 
 from dualpath.records import fields_repr
 from dualpath.request import Request
@@ -36,46 +35,27 @@ class DeCandidate:
         return fields_repr(self, _DE_CANDIDATE_FIELDS)
 
 
-def route_to_de_groups(requests: list[Request], group_tok: dict[int, int]) -> list[tuple[int, int]]:
+def route_to_de_groups(requests: Sequence[Request], group_tok: Mapping[int, int]) -> list[tuple[int, int]]:
     """Phase 1: each request goes to the group with the smallest Σtok (then lowest group id).
 
-    Σtok grows by len_r as requests are routed, so a burst spreads over the groups. One request (an
-    agent's next round) or a few (arriving in one instant) take a scan of the groups each; a burst
-    (the whole global queue at once) keeps the groups in a heap keyed (Σtok, group id), the same
-    order as that min: O(log groups) per request, not O(groups) (96 DE groups at 48P96D).
+    Σtok grows by len_r as requests are routed, so a burst spreads over the groups. The groups sit in a
+    heap keyed (Σtok, group id), the same order as that min: O(log groups) per request, not O(groups)
+    (96 DE groups at 48P96D, and the whole global queue is routed at once).
     """
-    if len(requests) == 1:  # the common case (one agent's next round): one pass, nothing to build
+    if len(requests) == 1:  # the common case (one agent's next round): one scan, no heap to build
         best_group, best_tok = -1, 0
         for group, tok in group_tok.items():
             if best_group < 0 or tok < best_tok or (tok == best_tok and group < best_group):
                 best_group, best_tok = group, tok
         return [(requests[0].request_id, best_group)]
-    if len(requests) > _ROUTE_SCAN_REQUESTS:
-        heap = [(tok, group) for group, tok in group_tok.items()]
-        heapq.heapify(heap)
-        routed: list[tuple[int, int]] = []
-        for request in requests:
-            tok, group = heap[0]
-            heapq.heapreplace(heap, (tok + request.total_tokens, group))
-            routed.append((request.request_id, group))
-        return routed
-    groups = list(group_tok)  # plain lists: no (group, tok) tuple per group and request
-    toks = list(group_tok.values())
+    heap = [(tok, group) for group, tok in group_tok.items()]
+    heapq.heapify(heap)
     out: list[tuple[int, int]] = []
     for request in requests:
-        best = 0
-        for i in range(1, len(groups)):
-            tok, best_tok = toks[i], toks[best]
-            if tok < best_tok or (tok == best_tok and groups[i] < groups[best]):
-                best = i
-        toks[best] += request.total_tokens
-        out.append((request.request_id, groups[best]))
+        tok, group = heap[0]
+        heapq.heapreplace(heap, (tok + request.total_tokens, group))
+        out.append((request.request_id, group))
     return out
-
-
-# Up to this many requests, `route_to_de_groups` scans the groups once per request (no heap to build:
-# a tuple per group); above, a heap. Both take the min (Σtok, group id) at each request.
-_ROUTE_SCAN_REQUESTS: Final = 8
 
 
 def assign_within_de_group(
