@@ -86,8 +86,8 @@ def test_one_request_goes_where_the_first_of_a_burst_would() -> None:
 
 
 def test_a_burst_goes_where_one_request_at_a_time_would() -> None:
-    """Bursts of any size (a scan per request, or the heap) route as one request after another would,
-    each adding its len_r to its group's Σtok."""
+    """A burst of any size (routed on the heap) goes where its requests would go one after another,
+    each adding its len_r to its group's Σtok before the next."""
     for seed in range(10):
         for size in (2, 5, 8, 9, 30):
             tok = {g: (g * 7919 + seed * 104729) % 7 * 100 for g in range(40, 10, -3)}
