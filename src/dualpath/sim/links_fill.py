@@ -216,9 +216,10 @@ def _fill_with_heap(order: list[Link], frozen_at: dict[FlowGroup, Link] | None) 
     """`fill`'s loop for large sets (a cluster of tens of nodes re-fills 100+ groups over as many links):
     the same choices, the link with the smallest fair share first and the earlier link on a tie, from a
     heap of `_Share` entries; an entry is stale once its link's share changed."""
-    heap = [_Share(link.fill_residual / link.fill_count, i, link) for i, link in enumerate(order)]
+    heap: list[_Share] = []
     for i, link in enumerate(order):
         link.fill_order = i
+        heap.append(_Share(link.fill_residual / link.fill_count, i, link))
     for pos in range(len(heap) // 2 - 1, -1, -1):  # heapify: each parent down into its subtree
         _share_sift_down(heap, pos, heap[pos])
     frozen: list[FlowGroup] = []
