@@ -90,14 +90,14 @@ def test_a_burst_goes_where_one_request_at_a_time_would() -> None:
     each adding its len_r to its group's Σtok before the next."""
     for seed in range(10):
         for size in (2, 5, 8, 9, 30):
-            tok = {g: (g * 7919 + seed * 104729) % 7 * 100 for g in range(40, 10, -3)}
+            start = {g: (g * 7919 + seed * 104729) % 7 * 100 for g in range(40, 10, -3)}
+            tok = dict(start)
             burst = [make_request(i, prompt=50 + (i * 37 + seed) % 400, hit=0) for i in range(size)]
             one_by_one = []
             for request in burst:
                 ((rid, group),) = route_to_de_groups([request], tok)
                 tok[group] += request.total_tokens
                 one_by_one.append((rid, group))
-            start = {g: (g * 7919 + seed * 104729) % 7 * 100 for g in range(40, 10, -3)}
             assert route_to_de_groups(burst, start) == one_by_one
 
 
