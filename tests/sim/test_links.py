@@ -311,7 +311,7 @@ def test_fill_heap_path_makes_the_same_choices_as_the_scan(
     def run(threshold: int) -> tuple[dict[FlowGroup, float], dict[FlowGroup, Link]]:
         monkeypatch.setattr(links_fill, "_HEAP_FILL_LINKS", threshold)
         frozen_at: dict[FlowGroup, Link] = {}
-        return fill(groups, dict(residual), frozen_at), frozen_at
+        return fill(list(groups), dict(residual), frozen_at), frozen_at
 
     scan, heap = run(10**9), run(0)
     assert scan == heap  # the same rates (exactly) and the same bottleneck links

@@ -539,11 +539,12 @@ class LinkNetwork:
         the same as re-filling the whole component; typically only a few groups are touched.
         Returns the re-filled groups, each with its new rate in `fill_rate`.
         """
-        refilled: dict[FlowGroup, None] = {}
+        refilled: list[FlowGroup] = []  # each once: its `refill` flag, reset before returning
         touched = self._before_touched
         for g in dirty:
-            if g.num_flows:
-                refilled[g] = None
+            if g.num_flows and not g.refill:
+                g.refill = True
+                refilled.append(g)
             for link in g.path:
                 if was_saturated(link, touched):
                     bottlenecked_on(link, refilled)
@@ -553,8 +554,13 @@ class LinkNetwork:
             frozen = fill(refilled, None)  # within what the other groups leave
             grow = find_violations(refilled, touched)
             if not grow:
-                return frozen
-            refilled.update(grow)
+                break
+            for g in grow:  # none of them is re-filled yet (`find_violations`)
+                g.refill = True
+                refilled.append(g)
+        for g in refilled:
+            g.refill = False
+        return frozen
 
     def _two_class(self, dirty: list[FlowGroup]) -> list[FlowGroup]:
         """Paper §5.1 WRR over the dirty groups' connected component (module docstring: three passes).
@@ -566,11 +572,11 @@ class LinkNetwork:
         for g in groups:
             for link in g.path:
                 free[link] = link.capacity_bytes_per_s
-        high = {g: None for g in groups if g.high}
-        low = {g: None for g in groups if not g.high}
+        high = [g for g in groups if g.high]
+        low = [g for g in groups if not g.high]
         if not high or not low:
             frozen_at: dict[FlowGroup, Link] = {}
-            frozen = fill(groups, free, frozen_at)
+            frozen = fill(list(groups), free, frozen_at)
             for g, link in frozen_at.items():  # plain max-min: valid bottlenecks for the fast path
                 set_bottleneck(g, link)
             return frozen
@@ -597,7 +603,7 @@ class LinkNetwork:
         """Set the re-filled groups' new rates, their `fill_rate` (links settle their bytes first), and
         move the groups' completion events."""
         now_s = self.sim.now_s
-        changed: dict[FlowGroup, None] = {}
+        changed: list[FlowGroup] = []  # each once: its `rate_moved` flag, reset below
         for g in refilled:
             new = g.fill_rate
             old = g.rate
@@ -630,11 +636,13 @@ class LinkNetwork:
                         link.top_rate = new
                     elif old >= top:
                         link.top_rate = -1.0
-            changed[g] = None
+            g.rate_moved = True
+            changed.append(g)
         for g in dirty:
-            if g.num_flows and g not in changed:
+            if g.num_flows and not g.rate_moved:
                 self._reschedule(g, now_s, False)
         for g in changed:
+            g.rate_moved = False
             self._reschedule(g, now_s, True)
 
     def _reschedule(self, g: FlowGroup, now_s: float, rate_changed: bool) -> None:

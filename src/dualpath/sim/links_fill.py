@@ -52,6 +52,9 @@ class FlowGroup:
         "fill_frozen",
         "fill_rate",
         "dirty",
+        "refill",
+        "vio_seen",
+        "rate_moved",
     )
 
     def __init__(self, path: tuple[Link, ...], high: bool, now_s: float) -> None:
@@ -69,6 +72,12 @@ class FlowGroup:
         self.fill_frozen = False  # scratch of `fill`: frozen in the fill running now (False between fills)
         self.fill_rate = 0.0  # the per-flow rate the last `fill` that included this group gave it
         self.dirty = False  # changed in this instant: its rate update is pending (`LinkNetwork._mark_dirty`)
+        # Set membership as flags, not dicts keyed by group (no hashing per test; False between updates):
+        # in the update's re-filled set (`LinkNetwork._incremental`), already a candidate or grown in
+        # `find_violations`, its rate changed in `LinkNetwork._apply`.
+        self.refill = False
+        self.vio_seen = False
+        self.rate_moved = False
 
     def restart(self, now_s: float) -> None:
         """Back to the state `__init__` gives a new group (kept in step with it): the network keeps an
@@ -84,6 +93,9 @@ class FlowGroup:
         self.fill_frozen = False
         self.fill_rate = 0.0
         self.dirty = False
+        self.refill = False
+        self.vio_seen = False
+        self.rate_moved = False
 
     def settle(self, now_s: float) -> None:
         self.vtime_bytes += self.rate * (now_s - self.last_s)
@@ -98,7 +110,7 @@ class FlowGroup:
 
 
 def fill(
-    groups: dict[FlowGroup, None],
+    groups: list[FlowGroup],
     residual: dict[Link, float] | None,
     frozen_at: dict[FlowGroup, Link] | None = None,
 ) -> list[FlowGroup]:
@@ -116,7 +128,7 @@ def fill(
     `frozen_at`, if given, receives the link each group was frozen at.
     """
     if len(groups) == 1:  # the common case: one group, limited by its tightest link
-        (g,) = groups
+        g = groups[0]
         path = g.path
         used = g.num_flows * g.rate
         link = path[0]
@@ -323,11 +335,11 @@ def set_bottleneck(g: FlowGroup, link: Link | None) -> None:
     g.bottleneck = link
 
 
-def _top_rate(link: Link, refilled: dict[FlowGroup, None]) -> float:
-    """Largest per-flow rate on `link` with the re-filled groups at their new rates (`fill_rate`)."""
+def _top_rate(link: Link) -> float:
+    """Largest per-flow rate on `link` with the re-filled groups (`refill`) at their new rates (`fill_rate`)."""
     top = 0.0
     for g in link.groups:
-        r = g.fill_rate if g in refilled else g.rate
+        r = g.fill_rate if g.refill else g.rate
         if r > top:
             top = r
     return top
@@ -347,16 +359,14 @@ def cached_top_rate(link: Link) -> float:
     return top
 
 
-def bottlenecked_on(link: Link, into: dict[FlowGroup, None] | None = None) -> dict[FlowGroup, None]:
-    """Groups at the largest rate on `link` (its bottlenecked ones, if the link is saturated), added to
-    `into` (a new dict when None), which is returned."""
+def bottlenecked_on(link: Link, into: list[FlowGroup]) -> None:
+    """Append to `into` the groups at the largest rate on `link` (its bottlenecked ones, if the link is
+    saturated) that are not re-filled yet, marking them re-filled (`refill`)."""
     top = cached_top_rate(link) * (1.0 - SAT_RTOL)
-    if into is None:
-        into = {}
     for g in link.groups:
-        if g.rate >= top:
-            into[g] = None
-    return into
+        if g.rate >= top and not g.refill:
+            g.refill = True
+            into.append(g)
 
 
 def was_saturated(link: Link, touched: list[Link]) -> bool:
@@ -372,9 +382,10 @@ def was_saturated(link: Link, touched: list[Link]) -> bool:
     return state == _SAT
 
 
-def find_violations(refilled: dict[FlowGroup, None], before_touched: list[Link]) -> dict[FlowGroup, None]:
-    """Groups to add to `refilled` so that re-filling can restore the bottleneck condition (empty: none).
-    The re-filled groups' new rates are their `fill_rate` (`fill` over `refilled`).
+def find_violations(refilled: list[FlowGroup], before_touched: list[Link]) -> list[FlowGroup]:
+    """Groups to add to `refilled` so that re-filling can restore the bottleneck condition (empty: none),
+    in the order found. The re-filled groups (`refill` set) have their new rates in `fill_rate` (`fill`
+    over `refilled`).
 
     Only groups whose condition can have changed are checked: the re-filled ones, and the others on a
     link the re-filled ones cross that was or is saturated (an unsaturated link is nobody's bottleneck,
@@ -383,7 +394,9 @@ def find_violations(refilled: dict[FlowGroup, None], before_touched: list[Link])
     Saturation before the change is `was_saturated` (`before_touched`: its list of links to reset).
 
     NOTE: per-link state (new load, saturated, largest rate) lives in the links' `vio_*` scratch
-    fields, as `fill`'s does, and is reset before returning.
+    fields, as `fill`'s does, and is reset before returning. The candidates and the groups to add are
+    lists kept free of repeats by the groups' `vio_seen` flag (in first-seen order, as dicts would keep
+    them), also reset before returning.
     """
     tol = 1.0 - SAT_RTOL
     new_links: list[Link] = []  # links the re-filled groups cross (`vio_load`: load with the new rates)
@@ -396,16 +409,22 @@ def find_violations(refilled: dict[FlowGroup, None], before_touched: list[Link])
                 link.vio_new = True
                 link.vio_load = link.rate_high + link.rate_low + change
                 new_links.append(link)
-    candidates: dict[FlowGroup, None] = dict(refilled)
+    candidates = refilled[:]  # then the groups bottlenecked on those links, each once (`vio_seen`)
     for link in new_links:
         sat = link.vio_load >= link.capacity_bytes_per_s * tol
         link.vio_sat = _SAT if sat else _UNSAT
         if sat or was_saturated(link, before_touched):
-            candidates.update(link.bottlenecked)
+            for h in link.bottlenecked:
+                if not h.refill and not h.vio_seen:
+                    h.vio_seen = True
+                    candidates.append(h)
+    for i in range(len(refilled), len(candidates)):
+        candidates[i].vio_seen = False
     others: list[Link] = []  # links outside `new_links` whose scratch fields were set
-    grow: dict[FlowGroup, None] = {}
+    grow: list[FlowGroup] = []  # each once (`vio_seen`)
     for g in candidates:
-        r = g.fill_rate if g in refilled else g.rate
+        refill = g.refill
+        r = g.fill_rate if refill else g.rate
         found = None
         for link in g.path:
             known = link.vio_sat
@@ -419,33 +438,38 @@ def find_violations(refilled: dict[FlowGroup, None], before_touched: list[Link])
             t = link.vio_top
             if t < 0.0:
                 # Only the re-filled groups have new rates, and they cross only the links of `new_links`.
-                t = link.vio_top = _top_rate(link, refilled) if link.vio_new else cached_top_rate(link)
+                t = link.vio_top = _top_rate(link) if link.vio_new else cached_top_rate(link)
             if r >= t * tol:
                 found = link
                 break
         if found is not None:
             set_bottleneck(g, found)
             continue
-        if g not in refilled:
-            grow[g] = None
+        if not refill:
+            if not g.vio_seen:
+                g.vio_seen = True
+                grow.append(g)
             continue
         # A re-filled group under a faster fixed one: the fixed ones must give way. Only those on its
         # saturated links and faster than it can (fill froze it at a saturated link, where a faster
         # group is fixed, or the condition would hold there); an unsaturated DRAM crossed by every path
         # of its node would otherwise pull in all of them. If none is found, all groups on its links.
-        give_way: dict[FlowGroup, None] = {}
+        gave_way = False
         for link in g.path:
             if link.vio_sat != _SAT:
                 continue
             for h in link.groups:
-                if h not in refilled and h.rate * tol > r:
-                    give_way[h] = None
-        if not give_way:
+                if not h.refill and h.rate * tol > r:
+                    gave_way = True
+                    if not h.vio_seen:
+                        h.vio_seen = True
+                        grow.append(h)
+        if not gave_way:
             for link in g.path:
                 for h in link.groups:
-                    if h not in refilled:
-                        give_way[h] = None
-        grow.update(give_way)
+                    if not h.refill and not h.vio_seen:
+                        h.vio_seen = True
+                        grow.append(h)
     for link in new_links:
         link.vio_new = False
         link.vio_sat = _UNKNOWN
@@ -453,6 +477,8 @@ def find_violations(refilled: dict[FlowGroup, None], before_touched: list[Link])
     for link in others:
         link.vio_sat = _UNKNOWN
         link.vio_top = -1.0
+    for g in grow:
+        g.vio_seen = False
     return grow
 
 
