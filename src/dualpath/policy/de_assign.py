@@ -59,7 +59,7 @@ def route_to_de_groups(requests: Sequence[Request], group_tok: Mapping[int, int]
 
 
 def assign_within_de_group(
-    private_queue: Sequence[Request], candidates: Sequence[DeCandidate], *, z_factor: float
+    private_queue: Sequence[Request], candidates: list[DeCandidate], *, z_factor: float
 ) -> list[tuple[int, int]]:
     """Phase 2: place the head of the group's private queue on DEs until one does not fit.
 
@@ -70,7 +70,13 @@ def assign_within_de_group(
     """
     if not candidates:
         return []
-    free_total = sum(e.free_hbm_tokens for e in candidates)
+    # `candidates` is a list and these are loops, not sum() over generators: the native build iterates a
+    # list directly, a Sequence or a generator through the iterator protocol (this runs per fetch).
+    free_total = 0
+    group_tok = 0
+    for e in candidates:
+        free_total += e.free_hbm_tokens
+        group_tok += e.tok
     prefix: list[Request] = []
     used = 0
     for request in private_queue:
@@ -78,7 +84,7 @@ def assign_within_de_group(
             break
         used += request.total_tokens
         prefix.append(request)
-    z = z_factor * (used + sum(e.tok for e in candidates)) / len(candidates)
+    z = z_factor * (used + group_tok) / len(candidates)
     out: list[tuple[int, int]] = []
     for request in prefix:
         de = choose_decode_engine(request.total_tokens, candidates, z_tokens=z)
@@ -92,7 +98,7 @@ def assign_within_de_group(
 
 
 def choose_decode_engine(
-    len_tokens: int, candidates: Sequence[DeCandidate], *, z_tokens: float
+    len_tokens: int, candidates: list[DeCandidate], *, z_tokens: float
 ) -> DeCandidate | None:
     """Among DEs with room: the non-high-token one with min (seq, tok, id), else the min (tok, id).
 

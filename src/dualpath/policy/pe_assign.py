@@ -19,7 +19,7 @@ and go to a single PE node (docs/core.md §3).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 from dualpath.records import fields_repr
 from dualpath.request import Request
@@ -69,7 +69,7 @@ def overloaded(compute_tok: int, beta_tokens: float) -> bool:
 
 
 def choose_prefill_engine(
-    candidates: Iterable[PeCandidate], *, alpha_tokens: float, beta_tokens: float
+    candidates: list[PeCandidate], *, alpha_tokens: float, beta_tokens: float
 ) -> PeCandidate | None:
     """One iteration of Algorithm 1: C2 by min tok, else C3 by min tok, else None (C1 never).
 
@@ -95,7 +95,7 @@ def _less_loaded(a: PeCandidate, b: PeCandidate) -> bool:
 
 
 def assign_prefill_engines(
-    queue: Sequence[Request], candidates: Sequence[PeCandidate], *, alpha_tokens: float, beta_tokens: float
+    queue: Sequence[Request], candidates: list[PeCandidate], *, alpha_tokens: float, beta_tokens: float
 ) -> list[tuple[int, int]]:
     """Algorithm 1 over a FIFO queue: [(request_id, engine_id)] in assignment order.
 

@@ -196,7 +196,7 @@ class RequestScheduler:
         self._de_report_due.discard(node_id)
         self._de_pending.discard(node_id)
 
-    def _note(self, loads: Sequence[EngineLoad]) -> None:
+    def _note(self, loads: list[EngineLoad]) -> None:
         # A group's engines share their node's queue, so its reports repeat one (node, queue) pair:
         # writing that pair again changes nothing, and costs a boxed key and value and a dict store each.
         node_id, read_q_tokens = -1, -1
@@ -206,13 +206,16 @@ class RequestScheduler:
                 self._read_q[node_id] = read_q_tokens
 
     # ---- DE fetch (§6.2) ----------------------------------------------------------------------
-    def fetch_de_group(self, node_id: int, loads: Sequence[EngineLoad]) -> list[tuple[Request, int]]:
+    def fetch_de_group(self, node_id: int, loads: list[EngineLoad]) -> list[tuple[Request, int]]:
         """A DE group's leader fetches: returns [(request, de_engine)]; those requests join Q."""
         self._note(loads)
         if self.scheduling == "round-robin":
             placed = self._round_robin_de(loads)
         else:
-            self._group_tok[node_id] = sum(load.tok for load in loads)
+            group_tok = 0
+            for load in loads:  # a loop, not sum() over a generator: no iterator objects per fetch
+                group_tok += load.tok
+            self._group_tok[node_id] = group_tok
             self._de_report_due.discard(node_id)  # its view is its report now (routing may change it)
             routed = route_to_de_groups(list(self._global), self._group_tok) if self._global else []
             for rid, group in routed:
@@ -237,7 +240,7 @@ class RequestScheduler:
             self._pe_queue.append(request)
         return placed
 
-    def _de_candidates(self, node_id: int, loads: Sequence[EngineLoad]) -> list[DeCandidate]:
+    def _de_candidates(self, node_id: int, loads: list[EngineLoad]) -> list[DeCandidate]:
         """The group's DE candidates, every field set from its reports."""
         cands = self._de_cands.get(node_id)
         if cands is None or len(cands) != len(loads):
@@ -253,7 +256,7 @@ class RequestScheduler:
             c.free_hbm_tokens = x.free_hbm_tokens
         return cands
 
-    def _pe_candidates(self, node_id: int, loads: Sequence[EngineLoad]) -> list[PeCandidate]:
+    def _pe_candidates(self, node_id: int, loads: list[EngineLoad]) -> list[PeCandidate]:
         """The group's PE candidates, every field set from its reports."""
         cands = self._pe_cands.get(node_id)
         if cands is None or len(cands) != len(loads):
@@ -269,7 +272,7 @@ class RequestScheduler:
             c.read_q_tokens = x.read_q_tokens
         return cands
 
-    def _round_robin_de(self, loads: Sequence[EngineLoad]) -> list[tuple[Request, int]]:
+    def _round_robin_de(self, loads: list[EngineLoad]) -> list[tuple[Request, int]]:
         """Baseline: the global queue's head to the next DE of a cluster-wide cycle.
 
         A group knows only its own engines' HBM, so it takes the turns of its engines and stops when
@@ -297,7 +300,7 @@ class RequestScheduler:
         return placed
 
     # ---- PE fetch (§6.1, §6.3) ----------------------------------------------------------------
-    def fetch_pe_group(self, node_id: int, loads: Sequence[EngineLoad]) -> list[Assignment]:
+    def fetch_pe_group(self, node_id: int, loads: list[EngineLoad]) -> list[Assignment]:
         """A PE group's leader fetches: Algorithm 1 over Q on this group's engines, then read sides.
 
         Round-robin scheduling instead deals all of Q to PEs cluster-wide in turn (no β).
@@ -317,8 +320,13 @@ class RequestScheduler:
                     pe_engine = engines[self._rr_pe % len(engines)]
                     self._rr_pe += 1
             else:
-                for cand in cands:  # read queues may have grown by earlier assignments this fetch
-                    cand.read_q_tokens = self._read_q[cand.node_id]
+                # Read queues may have grown by earlier assignments this fetch: each node's looked up once.
+                cand_node, read_q = -1, 0
+                for cand in cands:
+                    if cand.node_id != cand_node:
+                        cand_node = cand.node_id
+                        read_q = self._read_q[cand_node]
+                    cand.read_q_tokens = read_q
                 pe = choose_prefill_engine(
                     cands, alpha_tokens=self.alpha_tokens, beta_tokens=self.beta_tokens
                 )
