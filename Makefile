@@ -1,12 +1,15 @@
 # The two commands a newcomer needs: `make demo` (the main job on the embedded default) and `make test`.
 # Both create or refresh .venv and install what they need, so they work on a fresh machine.
-PY ?= python3
+# The venv's interpreter: Debian's python3.11 where the machine has it (built with PGO and LTO, it runs the
+# simulator ≈ 15 % faster than a plain source build such as pyenv's: benchmarks/README.md), else python3.
+# `make PY=python3.11` picks another.
+PY ?= $(shell test -x /usr/bin/python3.11 && echo /usr/bin/python3.11 || echo python3)
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # The native build (setup.py, docs/simulator-native.md) compiles modules of these folders: an edit there
 # re-runs the install so that `make test` / `make demo` never run a stale .so.
-NATIVE_SOURCES := setup.py src/dualpath/native.py src/dualpath/request.py src/dualpath/architecture/arch.py $(wildcard src/dualpath/policy/*.py src/dualpath/engine/*.py src/dualpath/sim/*.py)
+NATIVE_SOURCES := setup.py native_pgo.py src/dualpath/native.py src/dualpath/request.py src/dualpath/architecture/arch.py $(wildcard src/dualpath/policy/*.py src/dualpath/engine/*.py src/dualpath/sim/*.py)
 
 .PHONY: demo test lint typecheck check slow clean venv
 
@@ -20,7 +23,11 @@ $(STAMP): pyproject.toml $(NATIVE_SOURCES)
 	# numpy too: mypyc type-checks the compiled modules, which import it, before pip installs dependencies.
 	# mypy >= 2.4: its mypyc knows `mypyc_attr(acyclic=..., free_list_len=...)` (docs/simulator-native.md).
 	$(BIN)/pip install -q 'setuptools>=68' 'mypy>=2.4' 'numpy>=1.26'
-	$(BIN)/pip install -q --no-build-isolation -e '.[dev,ray]'
+	# The native modules are then built profile-guided (native_pgo.py: instrumented, half a minute of
+	# training runs, the final build; ≈ 3 min), so pip installs without compiling them. NATIVE_PGO=0 make:
+	# pip's plain native build instead.
+	$(if $(filter 0,$(NATIVE_PGO)),,DUALPATH_PURE_PYTHON=1) $(BIN)/pip install -q --no-build-isolation -e '.[dev,ray]'
+	test "$(NATIVE_PGO)" = 0 || $(BIN)/python native_pgo.py
 	$(BIN)/python -c "from dualpath.native import describe; print(describe())"
 	touch $(STAMP)
 

@@ -4,6 +4,9 @@ Everything else about the package is in pyproject.toml. The compiled build is op
 without a C compiler, with DUALPATH_PURE_PYTHON=1 set, or when compiling fails, the package installs as
 pure Python (the .py sources are the truth either way). One line on stderr says which (`pip -v` shows
 it; `make` prints `dualpath.sim.native.describe()` after installing).
+
+DUALPATH_NATIVE_PROFILE=generate|use adds GCC's profile-guided optimisation flags: `native_pgo.py` (what
+`make` runs) compiles instrumented, runs a training simulation, and compiles again with its profile.
 """
 
 from __future__ import annotations
@@ -47,6 +50,33 @@ def _pure(names: tuple[str, ...], why: str) -> list[Any]:
     return []
 
 
+# GCC's profile-guided optimisation (`native_pgo.py`): (compile flags, link flags) per stage. The profile
+# (`.gcda` files) lands beside the instrumented build's object files in build/, where the `use` build of
+# the same sources finds it; `-fprofile-update=single`: the simulator runs on one thread.
+PROFILE_ENV = "DUALPATH_NATIVE_PROFILE"
+PROFILE_FLAGS: dict[str, tuple[list[str], list[str]]] = {
+    "generate": (["-fprofile-generate", "-fprofile-update=single"], ["-fprofile-generate"]),
+    "use": (["-fprofile-use", "-fprofile-correction", "-Wno-missing-profile"], ["-fprofile-use"]),
+}
+
+
+def _profile_flags(modules: list[Any], compiler: str) -> None:
+    """Add the `PROFILE_ENV` stage's flags to every extension (GCC only; any other value: refused)."""
+    stage = os.environ.get(PROFILE_ENV, "")
+    if not stage:
+        return
+    if stage not in PROFILE_FLAGS:
+        raise SystemExit(f"{PROFILE_ENV}={stage!r}: expected one of {sorted(PROFILE_FLAGS)}")
+    if "gcc" not in Path(compiler).name:
+        _say(f"{PROFILE_ENV}={stage} ignored: the compiler {compiler!r} is not GCC")
+        return
+    compile_flags, link_flags = PROFILE_FLAGS[stage]
+    for module in modules:
+        module.extra_compile_args = [*module.extra_compile_args, *compile_flags]
+        module.extra_link_args = [*module.extra_link_args, *link_flags]
+    _say(f"profile-guided stage {stage!r}: {' '.join(compile_flags)}")
+
+
 def ext_modules() -> list[Any]:
     names, switch = _native_list()
     if os.environ.get(switch, "") not in ("", "0"):
@@ -63,6 +93,7 @@ def ext_modules() -> list[Any]:
         modules: list[Any] = mypycify(paths, opt_level="3")
     except (Exception, SystemExit) as error:  # a mypyc type error exits: still install, as pure Python
         return _pure(names, f"mypyc failed: {error}")
+    _profile_flags(modules, compiler)
     _say(f"compiling {len(names)} modules with mypyc (dualpath/native.py NATIVE_MODULES)")
     return modules
 
