@@ -84,7 +84,8 @@ def main() -> int:
     try:
         _clear_profile()
         _build("generate")
-        if not _native_built():  # setup.py fell back to pure Python and said why: nothing to train
+        if not _native_built():  # setup.py fell back to pure Python and said why: try the plain build
+            _build(None)
             return 0
         _say(f"training the profile ({len(TRAINING)} simulations, instrumented build)")
         _train()

@@ -75,3 +75,30 @@ def test_a_source_edited_after_the_build_runs_its_source(tmp_path: Path) -> None
     # All of them, not only the edited one: compiled callers would still call its old C code.
     assert links.endswith("links.py") and core.endswith("core.py")
     assert "older than dualpath.sim.links_fill" in done.stderr
+
+
+def _native_pgo():  # type: ignore[no-untyped-def]
+    """native_pgo.py (the repository root's build script), loaded from its file."""
+    import importlib.util
+
+    path = SRC.parent / "native_pgo.py"
+    spec = importlib.util.spec_from_file_location("native_pgo", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_profile_guided_training_runs_are_valid_simulate_commands() -> None:
+    """`make`'s profile-guided build trains on these runs; one the CLI refused would make every build
+    fall back to the plain one (with one line saying so), so a renamed option must fail here."""
+    from dualpath.cli.main import build_parser
+
+    pgo = _native_pgo()
+    assert len(pgo.TRAINING) >= 3
+    modes = set()
+    for args in pgo.TRAINING:
+        parsed = build_parser().parse_args(["simulate", *args, "--json", "--quiet"])
+        modes.add(parsed.mode)
+        assert parsed.agents <= 512  # the instrumented build runs them all: seconds each, not minutes
+    assert {"dualpath", "basic", "oracle"} <= modes
