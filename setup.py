@@ -6,7 +6,7 @@ pure Python (the .py sources are the truth either way). One line on stderr says 
 it; `make` prints `dualpath.sim.native.describe()` after installing).
 
 DUALPATH_NATIVE_PROFILE=generate|use adds GCC's profile-guided optimisation flags: `native_pgo.py` (what
-`make` runs) compiles instrumented, runs a training simulation, and compiles again with its profile.
+`make` runs) compiles instrumented, runs training simulations, and compiles again with their profile.
 """
 
 from __future__ import annotations
