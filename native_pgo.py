@@ -21,9 +21,10 @@ import sysconfig
 import time
 from pathlib import Path
 
+from dualpath import native  # installed by pip before this runs (Makefile)
+
 HERE = Path(__file__).resolve().parent
 PROFILE_ENV = "DUALPATH_NATIVE_PROFILE"  # read by setup.py
-PURE_PYTHON_ENV = "DUALPATH_PURE_PYTHON"  # dualpath/native.py
 
 # DS-V3.2 on hopper-8x400g, 64K trajectories (the acceptance runs' model and dataset), offline: the
 # DualPath, Basic and Oracle paths, a 4P8D cluster, and the small model `advise` is checked on. ≈ 15 s
@@ -72,8 +73,8 @@ def _native_built() -> bool:
 
 
 def main() -> int:
-    if os.environ.get(PURE_PYTHON_ENV, "") not in ("", "0"):
-        _say(f"nothing to build ({PURE_PYTHON_ENV} is set)")
+    if native.pure_python_requested():
+        _say(f"nothing to build ({native.PURE_PYTHON_ENV} is set)")
         return 0
     compiler = (sysconfig.get_config_var("CC") or "cc").split()[0]
     if "gcc" not in Path(compiler).name:
