@@ -17,14 +17,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import sysconfig
 import time
 from pathlib import Path
 
 from dualpath import native  # installed by pip before this runs (Makefile)
 
 HERE = Path(__file__).resolve().parent
-PROFILE_ENV = "DUALPATH_NATIVE_PROFILE"  # read by setup.py
 
 # DS-V3.2 on hopper-8x400g, 64K trajectories (the acceptance runs' model and dataset), offline: the
 # DualPath, Basic and Oracle paths, a 4P8D cluster, and the small model `advise` is checked on. ≈ 15 s
@@ -46,9 +44,9 @@ def _say(line: str) -> None:
 
 def _build(stage: str | None) -> None:
     """setup.py's extensions, rebuilt in place (`stage`: the profile-guided stage, None: plain)."""
-    env = {k: v for k, v in os.environ.items() if k != PROFILE_ENV}
+    env = {k: v for k, v in os.environ.items() if k != native.PROFILE_ENV}
     if stage is not None:
-        env[PROFILE_ENV] = stage
+        env[native.PROFILE_ENV] = stage
     command = [sys.executable, "setup.py", "-q", "build_ext", "--inplace", "--force"]
     subprocess.run(command, cwd=HERE, env=env, check=True, stdout=subprocess.DEVNULL)
 
@@ -76,8 +74,8 @@ def main() -> int:
     if native.pure_python_requested():
         _say(f"nothing to build ({native.PURE_PYTHON_ENV} is set)")
         return 0
-    compiler = (sysconfig.get_config_var("CC") or "cc").split()[0]
-    if "gcc" not in Path(compiler).name:
+    compiler = native.c_compiler()
+    if not native.is_gcc(compiler):
         _say(f"plain build (the compiler {compiler!r} is not GCC: no profile-guided stage)")
         _build(None)
         return 0

@@ -3,7 +3,7 @@
 Everything else about the package is in pyproject.toml. The compiled build is optional: without mypyc,
 without a C compiler, with DUALPATH_PURE_PYTHON=1 set, or when compiling fails, the package installs as
 pure Python (the .py sources are the truth either way). One line on stderr says which (`pip -v` shows
-it; `make` prints `dualpath.sim.native.describe()` after installing).
+it; `make` prints `dualpath.native.describe()` after installing).
 
 DUALPATH_NATIVE_PROFILE=generate|use adds GCC's profile-guided optimisation flags: `native_pgo.py` (what
 `make` runs) compiles instrumented, runs training simulations, and compiles again with their profile.
@@ -15,8 +15,8 @@ import importlib.util
 import os
 import shutil
 import sys
-import sysconfig
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from setuptools import setup
@@ -25,13 +25,14 @@ from setuptools.command.build_ext import build_ext
 HERE = Path(__file__).resolve().parent
 
 
-def _native_list() -> tuple[tuple[str, ...], str]:
-    """NATIVE_MODULES and the switch's name, read from the package's own (stdlib-only) file."""
+def _native() -> ModuleType:
+    """The package's own (stdlib-only) dualpath/native.py: NATIVE_MODULES, the pure-Python switch, the
+    profile stage's variable and the compiler test, loaded from its file (the package is not installed yet)."""
     spec = importlib.util.spec_from_file_location("_dualpath_native", HERE / "src/dualpath/native.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.NATIVE_MODULES, module.PURE_PYTHON_ENV
+    return module
 
 
 def _say(line: str) -> None:
@@ -53,22 +54,23 @@ def _pure(names: tuple[str, ...], why: str) -> list[Any]:
 # GCC's profile-guided optimisation (`native_pgo.py`): (compile flags, link flags) per stage. The profile
 # (`.gcda` files) lands beside the instrumented build's object files in build/, where the `use` build of
 # the same sources finds it; `-fprofile-update=single`: the simulator runs on one thread.
-PROFILE_ENV = "DUALPATH_NATIVE_PROFILE"
 PROFILE_FLAGS: dict[str, tuple[list[str], list[str]]] = {
     "generate": (["-fprofile-generate", "-fprofile-update=single"], ["-fprofile-generate"]),
     "use": (["-fprofile-use", "-fprofile-correction", "-Wno-missing-profile"], ["-fprofile-use"]),
 }
 
 
-def _profile_flags(modules: list[Any], compiler: str) -> None:
-    """Add the `PROFILE_ENV` stage's flags to every extension (GCC only; any other value: refused)."""
-    stage = os.environ.get(PROFILE_ENV, "")
+def _profile_flags(native: ModuleType, modules: list[Any], compiler: str) -> None:
+    """Add the profile stage's flags (`native.PROFILE_ENV`) to every extension (GCC only; any other
+    value: refused)."""
+    env = native.PROFILE_ENV
+    stage = os.environ.get(env, "")
     if not stage:
         return
     if stage not in PROFILE_FLAGS:
-        raise SystemExit(f"{PROFILE_ENV}={stage!r}: expected one of {sorted(PROFILE_FLAGS)}")
-    if "gcc" not in Path(compiler).name:
-        _say(f"{PROFILE_ENV}={stage} ignored: the compiler {compiler!r} is not GCC")
+        raise SystemExit(f"{env}={stage!r}: expected one of {sorted(PROFILE_FLAGS)}")
+    if not native.is_gcc(compiler):
+        _say(f"{env}={stage} ignored: the compiler {compiler!r} is not GCC")
         return
     compile_flags, link_flags = PROFILE_FLAGS[stage]
     for module in modules:
@@ -78,14 +80,15 @@ def _profile_flags(modules: list[Any], compiler: str) -> None:
 
 
 def ext_modules() -> list[Any]:
-    names, switch = _native_list()
-    if os.environ.get(switch, "") not in ("", "0"):
-        return _pure(names, f"{switch} is set")
+    native = _native()
+    names = native.NATIVE_MODULES
+    if native.pure_python_requested():
+        return _pure(names, f"{native.PURE_PYTHON_ENV} is set")
     try:
         from mypyc.build import mypycify
     except ImportError:
         return _pure(names, "mypyc is not installed")
-    compiler = (sysconfig.get_config_var("CC") or "cc").split()[0]
+    compiler = native.c_compiler()
     if shutil.which(compiler) is None:
         return _pure(names, f"no C compiler {compiler!r}")
     paths = [str(Path("src", *name.split(".")).with_suffix(".py")) for name in names]
@@ -93,7 +96,7 @@ def ext_modules() -> list[Any]:
         modules: list[Any] = mypycify(paths, opt_level="3")
     except (Exception, SystemExit) as error:  # a mypyc type error exits: still install, as pure Python
         return _pure(names, f"mypyc failed: {error}")
-    _profile_flags(modules, compiler)
+    _profile_flags(native, modules, compiler)
     _say(f"compiling {len(names)} modules with mypyc (dualpath/native.py NATIVE_MODULES)")
     return modules
 

@@ -20,6 +20,7 @@ import importlib.machinery
 import importlib.util
 import os
 import sys
+import sysconfig
 from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
@@ -61,6 +62,21 @@ PURE_PYTHON_ENV = "DUALPATH_PURE_PYTHON"
 
 def pure_python_requested() -> bool:
     return os.environ.get(PURE_PYTHON_ENV, "") not in ("", "0")
+
+
+# The profile-guided build's stage, `generate` or `use`: native_pgo.py sets it for setup.py, which adds
+# GCC's flags for that stage (docs/simulator-native.md).
+PROFILE_ENV = "DUALPATH_NATIVE_PROFILE"
+
+
+def c_compiler() -> str:
+    """The C compiler this interpreter builds extension modules with (its `CC`, first word)."""
+    return (sysconfig.get_config_var("CC") or "cc").split()[0]
+
+
+def is_gcc(compiler: str) -> bool:
+    """Whether `compiler` is GCC, the one compiler whose profile-guided flags the build knows."""
+    return "gcc" in Path(compiler).name
 
 
 def _source(name: str) -> Path:
