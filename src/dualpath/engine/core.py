@@ -131,6 +131,7 @@ class ClusterCore:
         # PE groups with an engine at or under β (Algorithm 1's C2 ∪ C3 not empty), kept as compute_tok
         # changes, so that a fetch need not test every engine of every group (`_all_over_beta`).
         self._pe_open = {n for n, node in self.pe_nodes.items() if not self._all_over_beta(node)}
+        self._pe_open_ids = sorted(self._pe_open)  # the same ids in id order: a fetch's rotation
         self.readers = {
             n: StorageReader(n, max_inflight_reads=config.max_inflight_reads) for n in range(p + d)
         }
@@ -224,8 +225,10 @@ class ClusterCore:
         start = self._fetches % num
         if round_robin:
             return [(start + k) % num for k in range(num)]
-        ids = sorted(self._pe_open)
-        cut = bisect.bisect_left(ids, start)
+        ids = self._pe_open_ids
+        cut = 0  # bisect_left by hand: a few ids, and a module function is a generic call natively
+        while cut < len(ids) and ids[cut] < start:
+            cut += 1
         return ids[cut:] + ids[:cut]
 
     def _fetch_de_group(self, node: DecodeNode) -> bool:
@@ -271,10 +274,14 @@ class ClusterCore:
 
     def _note_compute_tok(self, node: PrefillNode) -> None:
         """An engine of `node` changed its compute_tok: keep `_pe_open` equal to the test it caches."""
+        node_id = node.node_id
         if self._all_over_beta(node):
-            self._pe_open.discard(node.node_id)
-        else:
-            self._pe_open.add(node.node_id)
+            if node_id in self._pe_open:
+                self._pe_open.discard(node_id)
+                self._pe_open_ids.remove(node_id)
+        elif node_id not in self._pe_open:
+            self._pe_open.add(node_id)
+            bisect.insort(self._pe_open_ids, node_id)
 
     def _max_free_hbm_tokens(self, node: DecodeNode) -> int:
         """The most free HBM on one DE of the group (0 for a dead group: its reports say "full")."""
@@ -899,6 +906,7 @@ class ClusterCore:
         for pe in self._pe.values():
             assert pe.seq >= 0 and pe.tok >= 0 and pe.compute_tok >= 0 and len(pe.ready) <= pe.seq
         assert self._pe_open == {n for n, node in self.pe_nodes.items() if not self._all_over_beta(node)}
+        assert self._pe_open_ids == sorted(self._pe_open)
         assert self.scheduler.waiting == self.scheduler.waiting_recount()
         if self.mode.scheduling != "round-robin":
             self.scheduler.check_de_views(

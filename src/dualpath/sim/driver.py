@@ -261,6 +261,9 @@ class Simulation:
         g = c.hardware.gpus_per_node
         cost = config.cost_model or gpu_cost_model(c.model, c.hardware, decode_ep_size=c.num_decode_nodes * g)
         self.cost: StepCosts = config.step_costs or cost
+        # The plain cost model when it is the step costs: called as its own class, natively (a call
+        # through the `StepCosts` protocol is a generic method call per step); None with another one.
+        self._cost_model: CostModel | None = None if config.step_costs else cost
         self.kv_bytes = arch.kv_bytes_per_token(c.model)
         ctx, app = _typical(trajectories)
         rates = config.policy or core_rates(c, cost, context_tokens=ctx, append_tokens=app)
@@ -629,7 +632,11 @@ class Simulation:
                 t = self.times[i.request_id]
                 if math.isnan(t.prefill_start_s):
                     t.prefill_start_s = now
-        compute_s, last_layer_s, attention = self.cost.prefill_step_s(per_gpu, self._num_layers - 1)
+        model, layer = self._cost_model, self._num_layers - 1
+        if model is not None:
+            compute_s, last_layer_s, attention = model.prefill_step_s(per_gpu, layer)
+        else:
+            compute_s, last_layer_s, attention = self.cost.prefill_step_s(per_gpu, layer)
         self._attention_balance(attention)
         step = _Step(c, now, compute_s, last_layer_s)
         self._steps[c.node_id] = step
@@ -772,7 +779,10 @@ class Simulation:
         if not run.busy:
             return
         shape = self.core.decode_shape(node)
-        run.step_s = self.cost.decode_step_max_s(shape)
+        model = self._cost_model
+        run.step_s = (
+            model.decode_step_max_s(shape) if model is not None else self.cost.decode_step_max_s(shape)
+        )
         run.start_s = self.sim.now_s
         if self.host is not None:
             self.host.run_decode(node, run, len(shape))
