@@ -455,6 +455,8 @@ class ClusterCore:
         ]
 
     def _batch(self, engine: PrefillEngine) -> tuple[StepItem, ...]:
+        if not engine.ready:
+            return ()  # what packing an empty queue gives, without its generator and lists (an idle engine)
         # Lazily: packing stops at the first request that does not fit, and ready queues can be long.
         work = (
             PrefillWork(

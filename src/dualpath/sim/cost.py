@@ -163,6 +163,8 @@ def decode_step_time_s(
 
 def _new_tokens(batch: Sequence[Request]) -> tuple[int, int]:
     """(new tokens, requests with new tokens) of one GPU's batch of (cached, new) requests."""
+    if not batch:
+        return 0, 0  # an idle GPU: no iterator over the (generic) sequence
     total = count = 0
     for _, new in batch:
         total += new
@@ -231,6 +233,8 @@ class CostModel:
         are taken from it (`_attention_sums[k]`: the sums over its first k requests), and only the rest
         is added up. The sums are built in the same order as a fresh loop, so the result is identical.
         """
+        if not requests:
+            return 0.0  # an idle GPU of the step: what the sums give, and the previous call's prefix kept
         c = self.coefficients
         prefix, sums = self._attention_prefix, self._attention_sums
         k, same = 0, min(len(prefix), len(requests))
