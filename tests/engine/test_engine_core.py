@@ -278,7 +278,7 @@ def test_fetch_visits_the_open_pe_groups_in_the_rotation_of_all_groups(open_grou
     for fetches in range(2 * num + 1):
         rotation = [(fetches + k) % num for k in range(num)]
         core._fetches = rr._fetches = fetches
-        core._pe_open = set(open_groups)
+        core._pe_open, core._pe_open_ids = set(open_groups), sorted(open_groups)
         assert core._pe_fetch_order(False) == [n for n in rotation if n in open_groups]
         assert rr._pe_fetch_order(True) == rotation
 
