@@ -219,7 +219,11 @@ class DecodeNode:
 
     def shape(self) -> tuple[tuple[int, int], ...]:
         """Per engine (batch size, Σ context tokens) for the cost of the next step."""
-        return tuple((e.running, e.ctx_base + e.running * self.steps_done) for e in self.engines)
+        return tuple((e.running, self.context_tokens(e)) for e in self.engines)
+
+    def context_tokens(self, e: DecodeEngine) -> int:
+        """Σ context tokens of engine `e`'s running requests at the next step (`shape`'s second field)."""
+        return e.ctx_base + e.running * self.steps_done
 
     def steps_to_next_event(self) -> int:
         """Steps until the next token of interest of any request (inspection: the event heap's head)."""

@@ -207,7 +207,7 @@ class CostModel:
         self._lm_head_bytes = model.hidden_size * model.vocab_size * model.weight_bytes_per_param
         self._decode_cache = functools.lru_cache(maxsize=1 << 16)(self._decode_step_bucketed)
         # [batch][per-sequence context buckets] -> step time (-1.0: not computed yet), for
-        # `decode_step_max_s`: the simulator asks for every DE of a node at each batch change (≈850 K calls
+        # `decode_engine_step_s`: the simulator asks for every DE of a node at each batch change (≈850 K calls
         # at 512 agents), with few distinct keys. Rows of a list, grown on demand: no key to build and hash.
         self._decode_steps: list[list[float]] = []
         # The last `attention_layer_time_s` call's requests and its running sums after each of them
@@ -404,27 +404,31 @@ class CostModel:
 
     def decode_step_max_s(self, shape: Sequence[tuple[int, int]]) -> float:
         """max(decode_step_time_s(b, ctx) for b, ctx in shape): a lock-stepped node's step (non-empty)."""
-        rows = self._decode_steps
-        bucket = DECODE_CONTEXT_BUCKET_TOKENS
         best = -1.0
         for batch_size, total_context_tokens in shape:
-            if batch_size <= 0:
-                t = 0.0
-            else:
-                buckets = max(1, round_half_even(total_context_tokens / batch_size / bucket))
-                if batch_size >= len(rows):
-                    rows.extend([] for _ in range(batch_size + 1 - len(rows)))
-                row = rows[batch_size]
-                if buckets >= len(row):
-                    row.extend([-1.0] * (buckets + 1 - len(row)))
-                t = row[buckets]
-                if t < 0.0:
-                    t = row[buckets] = self._decode_cache(batch_size, buckets)
+            t = self.decode_engine_step_s(batch_size, total_context_tokens)
             if t > best:
                 best = t
         if best < 0.0:
             raise ValueError("decode_step_max_s needs at least one engine")
         return best
+
+    def decode_engine_step_s(self, batch_size: int, total_context_tokens: int) -> float:
+        """`decode_step_time_s` from the table of bucketed steps: one engine's share of
+        `decode_step_max_s` (the simulator asks per engine without building a shape)."""
+        if batch_size <= 0:
+            return 0.0
+        rows = self._decode_steps
+        buckets = max(1, round_half_even(total_context_tokens / batch_size / DECODE_CONTEXT_BUCKET_TOKENS))
+        if batch_size >= len(rows):
+            rows.extend([] for _ in range(batch_size + 1 - len(rows)))
+        row = rows[batch_size]
+        if buckets >= len(row):
+            row.extend([-1.0] * (buckets + 1 - len(row)))
+        t = row[buckets]
+        if t < 0.0:
+            t = row[buckets] = self._decode_cache(batch_size, buckets)
+        return t
 
     def _decode_step_bucketed(self, batch_size: int, per_seq_buckets: int) -> float:
         c = self.coefficients

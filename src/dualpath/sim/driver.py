@@ -22,6 +22,7 @@ from dualpath.architecture import arch
 from dualpath.config.specs import ClusterSpec
 from dualpath.engine import commands as cmd
 from dualpath.engine.core import ClusterCore, CoreConfig
+from dualpath.engine.decode import DecodeNode
 from dualpath.engine.modes import get_mode
 from dualpath.policy.decisions import Assignment, DecisionLog
 from dualpath.policy.inputs import PolicyInputs
@@ -778,14 +779,15 @@ class Simulation:
         run.busy = run.steps > 0
         if not run.busy:
             return
-        shape = self.core.decode_shape(node)
         model = self._cost_model
-        run.step_s = (
-            model.decode_step_max_s(shape) if model is not None else self.cost.decode_step_max_s(shape)
-        )
+        decode_node = self.core.de_nodes[node]
+        if model is not None:
+            run.step_s = _decode_step_max_s(model, decode_node)
+        else:
+            run.step_s = self.cost.decode_step_max_s(self.core.decode_shape(node))
         run.start_s = self.sim.now_s
         if self.host is not None:
-            self.host.run_decode(node, run, len(shape))
+            self.host.run_decode(node, run, len(decode_node.engines))
             return
         run.handle = self.sim.schedule(run.steps * run.step_s, self._on_decode_event, node)
 
@@ -796,6 +798,17 @@ class Simulation:
         self._do(commands)
         if not run.busy:
             self._decode_start(node)
+
+
+def _decode_step_max_s(model: CostModel, node: DecodeNode) -> float:
+    """`model.decode_step_max_s(node.shape())` without the shape: engine by engine, no tuple or boxed
+    int per engine (a DE node's step is costed at every change of its batch)."""
+    best = -1.0
+    for e in node.engines:
+        t = model.decode_engine_step_s(e.running, node.context_tokens(e))
+        if t > best:
+            best = t
+    return best
 
 
 def run_end_s(agents: Sequence[Agent], loop_end_s: float) -> float:
