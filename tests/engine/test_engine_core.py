@@ -152,7 +152,7 @@ def test_every_request_finishes_and_frees_everything(mode: str) -> None:
     assert sorted(done) == list(range(12))
     assert all(r.phase is Phase.DONE for r in reqs)
     assert core.active_requests == 0
-    assert all(pool.used == 0 for pool in core.buffers.values())
+    assert all(pool.used == 0 for pool in core.buffers)
     assert all(e.reserved_tokens == 0 for n in core.de_nodes.values() for e in n.engines)
     reads = [c for c in seen if isinstance(c, cmd.StartRead)]
     assert (not reads) if mode == "oracle" else len(reads) >= 12
@@ -310,7 +310,7 @@ def test_engine_reports_follow_every_change_of_their_engines() -> None:
     for r in requests(6):
         core.submit(r, 0.0)
     commands = core.fetch(0.0)  # placements: seq, tok, compute_tok, reservations and read queues move
-    assert commands and any(e.seq for e in core._pe.values())
+    assert commands and any(e.seq for e in core._pe)
     assert_reports_are_current(core)
     core.on_node_down(2)  # a dead DE group reports no free HBM
     assert_reports_are_current(core)

@@ -67,8 +67,8 @@ def test_abandon_takes_a_request_out_before_its_prefill_only() -> None:
     started = core.fetch(0.0)
     assert any(isinstance(c, cmd.StartRead) for c in started) and reading.phase is Phase.READING
     assert core.abandon(1) is not None
-    assert all(r.read_q_tokens == 0 for r in core.readers.values())
-    assert all(b.used == 0 for b in core.buffers.values())
+    assert all(r.read_q_tokens == 0 for r in core.readers)
+    assert all(b.used == 0 for b in core.buffers)
     assert core.de_nodes[1].reserved_tokens == 0 and core.pe_nodes[0].engines[0].seq == 0
     core.check_invariants()
     assert core.abandon(1) is None  # gone

@@ -119,26 +119,27 @@ class ClusterCore:
             )
             for n in range(p, p + d)
         }
-        self._pe = {e.engine_id: e for node in self.pe_nodes.values() for e in node.engines}
+        # Per-node and per-engine state in lists indexed by id (nodes 0..P+D-1, PE engines 0..P·g-1): read
+        # on every placement, read and step, where a dict costs a boxed key and a hash lookup each time.
+        self._pe = [e for node in self.pe_nodes.values() for e in node.engines]  # by engine id
         # Each node's engine reports (§6.1), one object per engine, rewritten at each of its fetches
         # (`_pe_loads`, `_de_loads`): the scheduler reads them during the fetch only, and a fetch of a
         # group would otherwise build one report per engine each time.
-        self._reports = {
-            n: [EngineLoad(engine_id=e.engine_id, node_id=n, seq=0, tok=0, compute_tok=0, read_q_tokens=0)
-                for e in node.engines]
+        self._reports = [
+            [EngineLoad(engine_id=e.engine_id, node_id=n, seq=0, tok=0, compute_tok=0, read_q_tokens=0)
+             for e in node.engines]
             for nodes in (self.pe_nodes, self.de_nodes) for n, node in nodes.items()
-        }  # fmt: skip
+        ]  # fmt: skip
         # PE groups with an engine at or under β (Algorithm 1's C2 ∪ C3 not empty), kept as compute_tok
         # changes, so that a fetch need not test every engine of every group (`_all_over_beta`).
         self._pe_open = {n for n, node in self.pe_nodes.items() if not self._all_over_beta(node)}
         self._pe_open_ids = sorted(self._pe_open)  # the same ids in id order: a fetch's rotation
-        self.readers = {
-            n: StorageReader(n, max_inflight_reads=config.max_inflight_reads) for n in range(p + d)
-        }
-        self.buffers = {
-            n: CapacityPool(config.dram_buffer_bytes, name=f"node{n}/dram_buffer") for n in range(p + d)
-        }
-        self._landing_wait: dict[int, deque[Request]] = {n: deque() for n in self.de_nodes}
+        self.readers = [StorageReader(n, max_inflight_reads=config.max_inflight_reads) for n in range(p + d)]
+        self.buffers = [
+            CapacityPool(config.dram_buffer_bytes, name=f"node{n}/dram_buffer") for n in range(p + d)
+        ]
+        # Landings waiting for a DE node's buffer (a PE node's queue stays empty).
+        self._landing_wait: list[deque[Request]] = [deque() for _ in range(p + d)]
         self._active: dict[int, Request] = {}  # submitted and not yet forgotten
         self._early_ends: dict[int, int] = {}  # request -> output tokens, ended before its DE placement
         self._fetches = 0
@@ -358,7 +359,7 @@ class ClusterCore:
     def _admit(self, node_id: int) -> list[Command]:
         """Start what the node's buffer admits: landings waiting on it first (they hold PE buffers)."""
         out: list[Command] = []
-        wait = self._landing_wait.get(node_id)
+        wait = self._landing_wait[node_id]
         pool = self.buffers[node_id]
         while wait:
             request = wait[0]
@@ -817,15 +818,15 @@ class ClusterCore:
         if request.phase is Phase.QUEUED:
             self.scheduler.remove(rid)
         freed: set[int] = set()
-        for node_id, reader in self.readers.items():
+        for node_id, reader in enumerate(self.readers):
             if reader.drop(rid):
                 self.scheduler.mark_de_report_due(node_id)
                 freed.add(node_id)
-        for node_id, pool in self.buffers.items():
+        for node_id, pool in enumerate(self.buffers):
             if pool.holds(rid):
                 pool.release(rid)
                 freed.add(node_id)
-        for wait in self._landing_wait.values():
+        for wait in self._landing_wait:
             if request in wait:
                 wait.remove(request)
         if request.pe_engine is not None and not request.is_prefilled:
@@ -869,7 +870,8 @@ class ClusterCore:
         if node_id in self.pe_nodes:
             node = PrefillNode(node_id, [PrefillEngine(node_id * g + i, node_id) for i in range(g)])
             self.pe_nodes[node_id] = node
-            self._pe.update({e.engine_id: e for e in node.engines})
+            for e in node.engines:
+                self._pe[e.engine_id] = e
             self._note_compute_tok(node)
         else:
             self.de_nodes[node_id] = DecodeNode(
@@ -898,14 +900,14 @@ class ClusterCore:
         return self.de_nodes[node_id].batch_ids()
 
     def check_invariants(self) -> None:
-        for reader in self.readers.values():
+        for reader in self.readers:
             reader.check_invariants()
-        for pool in self.buffers.values():
+        for pool in self.buffers:
             pool.check_invariants()
         for node in self.de_nodes.values():
             if node.node_id not in self.down:
                 node.check_invariants()
-        for pe in self._pe.values():
+        for pe in self._pe:
             assert pe.seq >= 0 and pe.tok >= 0 and pe.compute_tok >= 0 and len(pe.ready) <= pe.seq
         assert self._pe_open == {n for n, node in self.pe_nodes.items() if not self._all_over_beta(node)}
         assert self._pe_open_ids == sorted(self._pe_open)
@@ -919,4 +921,4 @@ class ClusterCore:
                 }
             )
         if self.mode.skip_io:
-            assert all(pool.used == 0 for pool in self.buffers.values())
+            assert all(pool.used == 0 for pool in self.buffers)

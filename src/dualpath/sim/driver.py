@@ -381,13 +381,13 @@ class Simulation:
         self._snic_sample(now)
 
     def _sample(self) -> None:
-        reading = sum(r.read_q_tokens for r in self.core.readers.values()) / 1e6
+        reading = sum(r.read_q_tokens for r in self.core.readers) / 1e6
         self._samples.append((self.sim.now_s, self.core.scheduler.waiting, reading))
         readers, buffers = self.core.readers, self.core.buffers
         self._reader_samples.append(
             tuple(
                 (readers[n].queued, readers[n].inflight, buffers[n].used / max(buffers[n].capacity, 1.0))
-                for n in sorted(readers)
+                for n in range(len(readers))
             )
         )
         if any(math.isnan(a.end_s) for a in self.agents):
