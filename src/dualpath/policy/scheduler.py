@@ -61,11 +61,22 @@ class RequestScheduler:
         # 48P96D).
         self._pe_engines = tuple(e for es in self._pe_nodes.values() for e in es)
         self._de_engines = tuple(e for es in self._de_nodes.values() for e in es)
-        self._node_of = {
-            e: n for nodes in (self._pe_nodes, self._de_nodes) for n, es in nodes.items() for e in es
-        }
-        self._read_rate = dict(read_tokens_per_s)
-        self._read_q = {n: 0 for n in self._node_of.values()}  # last report + our own assignments
+        # Per engine and per node in lists indexed by id (ids are small non-negative ints; -1 / 0 where
+        # an id is no engine or node): read on every placement, where a dict hashes a boxed key.
+        node_ids = [n for nodes in (self._pe_nodes, self._de_nodes) for n in nodes]
+        engine_ids = [*self._pe_engines, *self._de_engines]
+        if min(node_ids + engine_ids, default=0) < 0:
+            raise ValueError("node and engine ids must be >= 0")
+        self._node_of = [-1] * (max(engine_ids, default=-1) + 1)
+        for nodes in (self._pe_nodes, self._de_nodes):
+            for n, es in nodes.items():
+                for e in es:
+                    self._node_of[e] = n
+        num_nodes = max([*node_ids, *read_tokens_per_s], default=-1) + 1
+        self._read_rate = [0.0] * num_nodes
+        for n, rate in read_tokens_per_s.items():
+            self._read_rate[n] = rate
+        self._read_q = [0] * num_nodes  # last report + our own assignments
         # Each group's candidates, one object per engine, rewritten from its reports at each fetch
         # (`_pe_candidates`, `_de_candidates`): used during the fetch only, not built anew each time.
         self._pe_cands: dict[int, list[PeCandidate]] = {}
@@ -142,7 +153,10 @@ class RequestScheduler:
         return len(self._pe_queue)
 
     def node_of(self, engine_id: int) -> int:
-        return self._node_of[engine_id]
+        node = self._node_of[engine_id] if 0 <= engine_id < len(self._node_of) else -1
+        if node < 0:
+            raise KeyError(engine_id)
+        return node
 
     def has_de_work(self, node_id: int, max_free_hbm_tokens: int) -> bool:
         """Whether a fetch by this DE group could place anything (else it only reports its load).
