@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from dualpath.config.specs import SchedulerSpec
 from dualpath.policy.read_path import make_read_path_policy
 from dualpath.policy.scheduler import RequestScheduler
@@ -124,3 +126,19 @@ def test_a_fetch_sees_its_own_reports_not_the_last_fetch_candidates() -> None:
             c.tok, c.compute_tok, c.read_q_tokens = -1, -1, -1
         for d in de:
             d.seq, d.tok, d.free_hbm_tokens = -1, -1, -1
+
+
+def test_ids_index_lists_so_they_must_be_non_negative() -> None:
+    def make(pe: dict[int, list[int]], de: dict[int, list[int]]) -> RequestScheduler:
+        rates = {n: 1e6 for n in (*pe, *de)}
+        return RequestScheduler(pe_nodes=pe, de_nodes=de, spec=SchedulerSpec(),
+                                read_path=make_read_path_policy("shorter-queue"), read_tokens_per_s=rates,
+                                alpha_tokens=1e6, beta_tokens=1e6)  # fmt: skip
+
+    s = make({0: [0, 1]}, {3: [6, 7]})  # sparse ids: the lists hold a slot for each id up to the largest
+    assert [s.node_of(e) for e in (0, 1, 6, 7)] == [0, 0, 3, 3]
+    for unknown in (2, 5, 8, -1):
+        with pytest.raises(KeyError):
+            s.node_of(unknown)
+    with pytest.raises(ValueError, match="ids must be >= 0"):
+        make({0: [0]}, {-1: [1]})

@@ -8,9 +8,11 @@ from importlib import resources
 import pytest
 
 from dualpath.config.specs import AttentionSpec, FfnSpec, GpuSpec, HardwareSpec, ModelSpec
+from dualpath.engine.decode import DecodeEngine, DecodeNode
 from dualpath.sim import cost_kernels as kern
 from dualpath.sim.cost import CostModel, gpu_cost_model
 from dualpath.sim.cost_kernels import Curve
+from dualpath.sim.driver import _decode_step_max_s
 
 H800 = GpuSpec(
     name="h800",
@@ -181,3 +183,17 @@ def test_decode_step_max_is_the_slowest_engines_decode_step(make_model) -> None:
     ]
     for shape in shapes * 2:  # the second pass reads the rows the first one filled
         assert cm.decode_step_max_s(shape) == max(cm.decode_step_time_s(b, ctx) for b, ctx in shape)
+
+
+@pytest.mark.parametrize("make_model", [make_deepseek_v32, make_qwen25_32b])
+def test_a_decode_nodes_step_costed_engine_by_engine_is_its_shapes(make_model) -> None:  # type: ignore[no-untyped-def]
+    # The simulator costs a DE node's step per engine (`driver._decode_step_max_s`), without the shape.
+    cm = gpu_cost_model(make_model(), HOPPER, decode_ep_size=32)
+    engines = [DecodeEngine(i, 1, hbm_tokens=10**6) for i in range(4)]
+    node = DecodeNode(1, engines, block_tokens=64)
+    for steps_done, batches in ((0, (3, 1, 0, 7)), (17, (40, 2, 5, 0)), (250, (0, 0, 0, 1))):
+        node.steps_done = steps_done
+        for e, running in zip(engines, batches, strict=True):
+            e.running, e.ctx_base = running, running * 300 - steps_done * running + e.engine_id
+        assert _decode_step_max_s(cm, node) == cm.decode_step_max_s(node.shape())
+        assert node.shape()[1] == (engines[1].running, node.context_tokens(engines[1]))
