@@ -142,3 +142,7 @@ def test_ids_index_lists_so_they_must_be_non_negative() -> None:
             s.node_of(unknown)
     with pytest.raises(ValueError, match="ids must be >= 0"):
         make({0: [0]}, {-1: [1]})
+    with pytest.raises(ValueError, match=r"no read rate for nodes \[1\]"):
+        RequestScheduler(pe_nodes={0: [0]}, de_nodes={1: [1]}, spec=SchedulerSpec(),
+                         read_path=make_read_path_policy("shorter-queue"), read_tokens_per_s={0: 1e6},
+                         alpha_tokens=1e6, beta_tokens=1e6)  # fmt: skip

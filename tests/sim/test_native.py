@@ -3,16 +3,19 @@ stale-build detection, and that both builds give the same results."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
 from dualpath import native
+from dualpath.cli.main import build_parser
 
 SRC = Path(native.__file__).resolve().parents[1]
 BUILT = any(native._extension(name) is not None for name in native.NATIVE_MODULES)
@@ -77,10 +80,8 @@ def test_a_source_edited_after_the_build_runs_its_source(tmp_path: Path) -> None
     assert "older than dualpath.sim.links_fill" in done.stderr
 
 
-def _native_pgo():  # type: ignore[no-untyped-def]
+def _native_pgo() -> ModuleType:
     """native_pgo.py (the repository root's build script), loaded from its file."""
-    import importlib.util
-
     path = SRC.parent / "native_pgo.py"
     spec = importlib.util.spec_from_file_location("native_pgo", path)
     assert spec is not None and spec.loader is not None
@@ -92,8 +93,6 @@ def _native_pgo():  # type: ignore[no-untyped-def]
 def test_profile_guided_training_runs_are_valid_simulate_commands() -> None:
     """`make`'s profile-guided build trains on these runs; one the CLI refused would make every build
     fall back to the plain one (with one line saying so), so a renamed option must fail here."""
-    from dualpath.cli.main import build_parser
-
     pgo = _native_pgo()
     assert len(pgo.TRAINING) >= 3
     modes = set()

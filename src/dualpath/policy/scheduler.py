@@ -72,10 +72,13 @@ class RequestScheduler:
             for n, es in nodes.items():
                 for e in es:
                     self._node_of[e] = n
-        num_nodes = max([*node_ids, *read_tokens_per_s], default=-1) + 1
+        missing = [n for n in node_ids if n not in read_tokens_per_s]
+        if missing:
+            raise ValueError(f"no read rate for nodes {missing}")
+        num_nodes = max(node_ids, default=-1) + 1
         self._read_rate = [0.0] * num_nodes
-        for n, rate in read_tokens_per_s.items():
-            self._read_rate[n] = rate
+        for n in node_ids:
+            self._read_rate[n] = read_tokens_per_s[n]
         self._read_q = [0] * num_nodes  # last report + our own assignments
         # Each group's candidates, one object per engine, rewritten from its reports at each fetch
         # (`_pe_candidates`, `_de_candidates`): used during the fetch only, not built anew each time.
