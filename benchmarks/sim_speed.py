@@ -119,7 +119,7 @@ def _progress_line(sim: Simulation, wall0: float, every_s: float) -> Any:
             last[0] = now
             done = sum(1 for a in sim.agents if a.end_s == a.end_s)
             print(f"[sim_speed] wall {now - wall0:7.0f} s  simulated {kernel.now_s:7.0f} s  "
-                  f"events {kernel.events_processed:11d}  requests {len(sim.times):8d}  "
+                  f"events {kernel.events_processed:11d}  requests {sim.num_requests:8d}  "
                   f"agents done {done}/{len(sim.agents)}", file=sys.stderr, flush=True)  # fmt: skip
 
     return tick

@@ -48,6 +48,19 @@ def test_every_request_finishes_and_core_is_clean() -> None:
     assert read == pytest.approx(hit, rel=1e-6)
 
 
+def test_requests_are_kept_by_id_and_each_agent_moves_on_once() -> None:
+    sim = small_sim("dualpath", agents=3, rounds=4)
+    out = sim.run()
+    # Ids 0..n-1 in the order the driver made them; the outcome maps each id to its own milestones.
+    assert list(out.requests) == list(range(sim.num_requests)) == list(range(12))
+    assert all(sim.request_times(i) is t for i, t in out.requests.items())
+    assert sim.request_times(sim.num_requests) is None and sim.request_times(-1) is None
+    assert [t.round_index for t in out.requests.values() if t.agent == 1] == [0, 1, 2, 3]
+    # Each request hands its agent on once (done or re-planned): a second time is a bug, not a new round.
+    with pytest.raises(KeyError, match="request 0 has no agent"):
+        sim._pop_agent(0)
+
+
 def run_cli(*args: str, capsys: pytest.CaptureFixture[str]) -> dict:  # type: ignore[type-arg]
     assert (
         main(

@@ -293,8 +293,11 @@ class Simulation:
         self.rates = rates
         _check_requests_fit(trajectories, self.core.config.de_hbm_kv_tokens, c)
         self.agents = [Agent(i, t, 0.0) for i, t in enumerate(trajectories)]
-        self.times: dict[int, RequestTimes] = {}
-        self._next_id = 0
+        # Per request, indexed by its id (the driver numbers requests 0, 1, 2, ... as it makes them): its
+        # milestones, and its agent until it is done or re-planned (then None). Lists, not dicts keyed by
+        # id: an id is a fresh int object at every lookup, which a dict compares with its key by value.
+        self._times: list[RequestTimes] = []
+        self._agent_of: list[Agent | None] = []
         self._steps: dict[int, _Step] = {}
         self._decode = {n: _DecodeRun() for n in self.core.de_nodes}
         self._fetch_pending = False
@@ -302,7 +305,6 @@ class Simulation:
         self._d2h_pipes: dict[int, _WritePipe] = {}
         self._persist_pipes: dict[int, _WritePipe] = {}
         self._touched: dict[_WritePipe, None] = {}
-        self._agent_of: dict[int, Agent] = {}
         self._samples: list[tuple[float, int, float]] = []
         self._reader_samples: list[tuple[tuple[int, int, float], ...]] = []
         self._attention_ratios: list[float] = []
@@ -434,7 +436,7 @@ class Simulation:
         entries = self.log.entries
         for a in entries[self._assigned :]:  # the decisions this fetch logged
             if isinstance(a, Assignment):
-                t = self.times[a.request_id]
+                t = self._times[a.request_id]
                 t.scheduled_s, t.pe_engine, t.de_engine = self.sim.now_s, a.pe_engine, a.de_engine
         self._assigned = len(entries)
         self._do(commands)
@@ -461,16 +463,41 @@ class Simulation:
 
     def _arrive(self, agent: Agent) -> None:
         now = self.sim.now_s
-        request = agent.next_request(self._next_id, now, self._block_tokens)
+        request = agent.next_request(len(self._times), now, self._block_tokens)
         if request is None:
             agent.end_s = now
             return
-        self._next_id += 1
-        self.times[request.request_id] = RequestTimes(
-            agent.agent_id, request.round_index, request.prompt_tokens, request.hit_tokens, request.gen_tokens,
-            arrival_s=now)  # fmt: skip
-        self._agent_of[request.request_id] = agent
+        self._new_request(request, agent, now)
         self._do(self.core.submit(request, now))
+
+    def _new_request(self, request: Request, agent: Agent, now_s: float) -> None:
+        """Its milestones and agent, at its id: the next index of both lists."""
+        assert request.request_id == len(self._times), (request.request_id, len(self._times))
+        self._times.append(RequestTimes(
+            agent.agent_id, request.round_index, request.prompt_tokens, request.hit_tokens, request.gen_tokens,
+            arrival_s=now_s))  # fmt: skip
+        self._agent_of.append(agent)
+
+    def _pop_agent(self, request_id: int) -> Agent:
+        """The request's agent, once: it is done or re-planned (a second call is a bug: KeyError)."""
+        agent = self._agent_of[request_id]
+        if agent is None:
+            raise KeyError(f"request {request_id} has no agent: done or re-planned already")
+        self._agent_of[request_id] = None
+        return agent
+
+    @property
+    def times(self) -> dict[int, RequestTimes]:
+        """Every request's milestones by request id (a new dict: for the outcome and inspection)."""
+        return dict(enumerate(self._times))
+
+    @property
+    def num_requests(self) -> int:
+        return len(self._times)
+
+    def request_times(self, request_id: int) -> RequestTimes | None:
+        """The request's milestones; None for an id not made yet."""
+        return self._times[request_id] if 0 <= request_id < len(self._times) else None
 
     def _done(self, c: cmd.RequestDone) -> None:
         if self.host is not None:
@@ -479,13 +506,13 @@ class Simulation:
             self._request_done(c)
 
     def _request_done(self, c: cmd.RequestDone) -> None:
-        t = self.times[c.request_id]
+        t = self._times[c.request_id]
         t.done_s = self.sim.now_s
         t.pe_read_tokens, t.de_read_tokens = c.pe_read_tokens, c.de_read_tokens
-        self._next_round(self._agent_of.pop(c.request_id))
+        self._next_round(self._pop_agent(c.request_id))
 
     def _milestone(self, c: cmd.TokenMilestone) -> None:
-        t = self.times[c.request_id]
+        t = self._times[c.request_id]
         if c.token_index == 1:
             t.first_token_s = self.sim.now_s
             if self.host is not None:  # node -> scheduler -> client
@@ -533,7 +560,7 @@ class Simulation:
         prompt = r.prompt_tokens + r.generated_tokens
         persisted = max(r.hit_tokens, r.persisted_tokens if r.generated_tokens else 0)
         request = Request(
-            request_id=self._next_id,
+            request_id=len(self._times),
             trajectory_id=r.trajectory_id,
             round_index=r.round_index,
             prompt_tokens=prompt,
@@ -541,12 +568,7 @@ class Simulation:
             gen_tokens=max(1, r.gen_tokens - r.generated_tokens),
             arrival_s=now,
         )
-        self._next_id += 1
-        agent = self._agent_of.pop(r.request_id)
-        self.times[request.request_id] = RequestTimes(
-            agent.agent_id, request.round_index, request.prompt_tokens, request.hit_tokens, request.gen_tokens,
-            arrival_s=now)  # fmt: skip
-        self._agent_of[request.request_id] = agent
+        self._new_request(request, self._pop_agent(r.request_id), now)
         self._do(self.core.submit(request, now))
 
     def _recover(self, node: int) -> None:
@@ -556,7 +578,7 @@ class Simulation:
     def _read(self, c: cmd.StartRead) -> None:
         if self.sim.now_s >= self._snic_next_s:
             self._snic_sample(self.sim.now_s)
-        t = self.times[c.request_id]
+        t = self._times[c.request_id]
         if math.isnan(t.read_start_s):
             t.read_start_s = self.sim.now_s
         self.net.start_flow(c.tokens * self.kv_bytes, self.topo.read(c.node_id), LOW, self._on_read_done,
@@ -565,7 +587,7 @@ class Simulation:
     def _read_done(self, node: int, request_id: int) -> None:
         if self.sim.now_s >= self._snic_next_s:
             self._snic_sample(self.sim.now_s)
-        self.times[request_id].read_end_s = self.sim.now_s  # the last part's end stays
+        self._times[request_id].read_end_s = self.sim.now_s  # the last part's end stays
         self._do(self.core.on_read_done(node, request_id, self.sim.now_s))
 
     def _h2d(self, c: cmd.StartH2D) -> None:
@@ -630,7 +652,7 @@ class Simulation:
         now = self.sim.now_s
         for batch in c.batches:
             for i in batch:
-                t = self.times[i.request_id]
+                t = self._times[i.request_id]
                 if math.isnan(t.prefill_start_s):
                     t.prefill_start_s = now
         model, layer = self._cost_model, self._num_layers - 1

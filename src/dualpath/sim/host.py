@@ -133,10 +133,11 @@ class RuntimeHost:
             self._arrive(agent)
 
     def _arrive(self, agent: Any) -> None:
-        request_id = self.s._next_id
+        request_id = self.s.num_requests
         self.s._arrive(agent)
-        if request_id in self.s.times:  # TTFT counts from the client's send
-            self.s.times[request_id].arrival_s = self._sent_s.pop(agent.agent_id)
+        t = self.s.request_times(request_id)
+        if t is not None:  # TTFT counts from the client's send
+            t.arrival_s = self._sent_s.pop(agent.agent_id)
 
     # ---- a PE forward ---------------------------------------------------------------------------------
     def step_started(self, c: cmd.StartPrefillStep) -> None:
