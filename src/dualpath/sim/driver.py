@@ -385,11 +385,10 @@ class Simulation:
     def _sample(self) -> None:
         reading = sum(r.read_q_tokens for r in self.core.readers) / 1e6
         self._samples.append((self.sim.now_s, self.core.scheduler.waiting, reading))
-        readers, buffers = self.core.readers, self.core.buffers
         self._reader_samples.append(
             tuple(
-                (readers[n].queued, readers[n].inflight, buffers[n].used / max(buffers[n].capacity, 1.0))
-                for n in range(len(readers))
+                (reader.queued, reader.inflight, buffer.used / max(buffer.capacity, 1.0))
+                for reader, buffer in zip(self.core.readers, self.core.buffers, strict=True)
             )
         )
         if any(math.isnan(a.end_s) for a in self.agents):
