@@ -51,3 +51,12 @@ def test_read_states_and_plans_compare_by_value() -> None:
     assert ReadPlan(64, 0) != (64, 0)  # a record, not a tuple
     assert repr(ReadPlan(0, 64)) == "ReadPlan(pe_read_tokens=0, de_read_tokens=64)"
     assert ReadPlan(0, 64).side is ReadSide.DE
+
+
+def test_read_tokens_sum_the_assignments_hits_by_side() -> None:
+    log = DecisionLog()
+    assert log.read_tokens() == (0, 0)
+    log.record(_assignment(pe_read_tokens=64, de_read_tokens=0))
+    log.record(BatchDecision(pe_engine=2, items=(BatchItem(request_id=7, cached_tokens=640, new_tokens=16),)))
+    log.record(_assignment(request_id=8, pe_read_tokens=128, de_read_tokens=256))
+    assert log.read_tokens() == (192, 256)

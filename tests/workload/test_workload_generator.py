@@ -1,7 +1,14 @@
 import numpy as np
 import pytest
 
-from dualpath.workload.generator import PROFILES, TABLE2, generate_dataset, sample_round_arrays, table2_means
+from dualpath.workload.generator import (
+    PROFILES,
+    TABLE2,
+    generate_dataset,
+    generate_round_pairs,
+    sample_round_arrays,
+    table2_means,
+)
 from dualpath.workload.jsonl import write_trajectories
 from dualpath.workload.stats import trajectory_stats
 
@@ -44,3 +51,11 @@ def test_same_seed_same_bytes_different_seed_different(tmp_path) -> None:
     first, again, other = (p.read_bytes() for p in paths)
     assert first == again
     assert first != other
+
+
+@pytest.mark.parametrize("name", ["32k", "64k"])
+def test_round_pairs_are_the_generated_rounds(name: str) -> None:
+    pairs = generate_round_pairs(name, seed=4, num_trajectories=60)
+    dataset = generate_dataset(name, seed=4, num_trajectories=60)
+    assert pairs == [[(r.append_tokens, r.generated_tokens) for r in t.rounds] for t in dataset]
+    assert all(type(x) is int for rounds in pairs for pair in rounds for x in pair)

@@ -3,7 +3,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dualpath.workload.trajectory import Round, Trajectory, replay_trajectories
+from dualpath.workload.trajectory import Round, Trajectory, replay_sources, replay_trajectories
 
 
 def make_trajectory(appends: list[int], gens: list[int], trajectory_id: int = 0) -> Trajectory:
@@ -75,3 +75,14 @@ def test_replay_is_deterministic_per_seed() -> None:
     other = replay_trajectories(dataset, 200, np.random.default_rng(6))
     assert first == again
     assert first != other
+
+
+def test_replay_sources_are_the_dataset_in_order_then_uniform_draws() -> None:
+    assert replay_sources(5, 3, np.random.default_rng(0)) == [0, 1, 2]
+    sources = replay_sources(4, 10, np.random.default_rng(1))
+    assert sources[:4] == [0, 1, 2, 3]
+    assert sources[4:] == np.random.default_rng(1).integers(0, 4, size=6).tolist()
+    with pytest.raises(ValueError, match="empty"):
+        replay_sources(0, 3, np.random.default_rng(0))
+    with pytest.raises(ValueError, match="num_agents"):
+        replay_sources(3, -1, np.random.default_rng(0))

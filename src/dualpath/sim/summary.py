@@ -284,10 +284,7 @@ def read_waits(samples: list[tuple[tuple[int, int, float], ...]]) -> dict[str, d
 
 
 def _de_fraction(o: SimOutcome) -> float | None:
-    pe = de = 0
-    for a in o.log.assignments:
-        pe += a.pe_read_tokens
-        de += a.de_read_tokens
+    pe, de = o.log.read_tokens()
     return de / (pe + de) if pe + de else None
 
 

@@ -2,10 +2,10 @@
 
 from dualpath.workload.datasets import LoadedTrace, load_dataset, load_trace
 from dualpath.workload.errors import TraceFormatError
-from dualpath.workload.generator import PROFILES, TABLE2, generate_dataset
+from dualpath.workload.generator import PROFILES, TABLE2, generate_dataset, generate_round_pairs
 from dualpath.workload.jsonl import read_trajectories, write_trajectories
 from dualpath.workload.mooncake import RequestTrace, TraceRequest, read_mooncake
-from dualpath.workload.trajectory import Round, Trajectory, replay_trajectories
+from dualpath.workload.trajectory import Round, Trajectory, replay_sources, replay_trajectories
 
 __all__ = [
     "PROFILES",
@@ -17,10 +17,12 @@ __all__ = [
     "TraceRequest",
     "Trajectory",
     "generate_dataset",
+    "generate_round_pairs",
     "load_dataset",
     "load_trace",
     "read_mooncake",
     "read_trajectories",
+    "replay_sources",
     "replay_trajectories",
     "write_trajectories",
 ]

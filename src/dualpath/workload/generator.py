@@ -154,8 +154,7 @@ def generate_dataset(
     num_trajectories: int = TRAJECTORIES_PER_DATASET,
 ) -> tuple[Trajectory, ...]:
     """Draw ``num_trajectories`` trajectories; the same (dataset, seed, count) gives the same result."""
-    profile = profile_for(dataset) if isinstance(dataset, str) else dataset
-    arrays = sample_round_arrays(profile, num_trajectories, np.random.default_rng(seed))
+    arrays = _dataset_arrays(dataset, seed, num_trajectories)
     return tuple(
         Trajectory.from_arrays(
             trajectory_id=j,
@@ -164,6 +163,26 @@ def generate_dataset(
         )
         for j, n in enumerate(arrays.num_rounds.tolist())
     )
+
+
+def generate_round_pairs(
+    dataset: str | DatasetProfile,
+    *,
+    seed: int = 0,
+    num_trajectories: int = TRAJECTORIES_PER_DATASET,
+) -> list[list[tuple[int, int]]]:
+    """`generate_dataset`'s trajectories as (append, generated) tokens per round, from the same draw,
+    without a `Round` per round: what the simulator replays (≈ 80 K rounds per dataset)."""
+    arrays = _dataset_arrays(dataset, seed, num_trajectories)
+    appends, gens = arrays.append_tokens.tolist(), arrays.generated_tokens.tolist()
+    return [
+        list(zip(appends[j][:n], gens[j][:n], strict=True)) for j, n in enumerate(arrays.num_rounds.tolist())
+    ]
+
+
+def _dataset_arrays(dataset: str | DatasetProfile, seed: int, num_trajectories: int) -> RoundArrays:
+    profile = profile_for(dataset) if isinstance(dataset, str) else dataset
+    return sample_round_arrays(profile, num_trajectories, np.random.default_rng(seed))
 
 
 def sample_round_arrays(

@@ -150,16 +150,25 @@ def replay_trajectories(
     ``synthetic_append_tokens`` says otherwise. Its only job is to give the copy a prefix no other agent
     shares, so no cross-trajectory cache hit appears (A.4). Agent i's trajectory gets ``trajectory_id=i``.
     """
+    sources = replay_sources(len(dataset), num_agents, rng)
+    return tuple(
+        _renumber(dataset[k], agent)
+        if agent < len(dataset)
+        else _with_synthetic_round(dataset[k], agent, synthetic_append_tokens)
+        for agent, k in enumerate(sources)
+    )
+
+
+def replay_sources(dataset_size: int, num_agents: int, rng: np.random.Generator) -> list[int]:
+    """The dataset trajectory each agent replays (`replay_trajectories`' A.3 rule): agent i < dataset_size
+    its own, each later one a uniform draw with replacement (and, there, a synthetic round 0)."""
     if num_agents < 0:
         raise ValueError(f"num_agents must be >= 0, got {num_agents}")
-    if not dataset:
+    if not dataset_size:
         raise ValueError("cannot replay an empty dataset")
-    base = [_renumber(t, i) for i, t in enumerate(dataset[:num_agents])]
-    extra = num_agents - len(base)
-    picks = rng.integers(0, len(dataset), size=extra) if extra > 0 else np.zeros(0, dtype=np.int64)
-    for agent, pick in enumerate(picks.tolist(), start=len(base)):
-        base.append(_with_synthetic_round(dataset[pick], agent, synthetic_append_tokens))
-    return tuple(base)
+    extra = num_agents - min(num_agents, dataset_size)
+    picks = rng.integers(0, dataset_size, size=extra).tolist() if extra > 0 else []
+    return list(range(num_agents - extra)) + picks
 
 
 def _renumber(trajectory: Trajectory, trajectory_id: int) -> Trajectory:
