@@ -3,7 +3,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dualpath.workload.trajectory import Round, Trajectory, replay_sources, replay_trajectories
+from dualpath.workload.trajectory import (
+    Round,
+    Trajectory,
+    replay_round_pairs,
+    replay_sources,
+    replay_trajectories,
+)
 
 
 def make_trajectory(appends: list[int], gens: list[int], trajectory_id: int = 0) -> Trajectory:
@@ -86,3 +92,12 @@ def test_replay_sources_are_the_dataset_in_order_then_uniform_draws() -> None:
         replay_sources(0, 3, np.random.default_rng(0))
     with pytest.raises(ValueError, match="num_agents"):
         replay_sources(3, -1, np.random.default_rng(0))
+
+
+def test_replay_of_round_pairs_is_the_replay_of_trajectories() -> None:
+    dataset = tuple(make_trajectory([100 * (i + 1), 7], [3, 4 + i], trajectory_id=i) for i in range(4))
+    pairs = [[(r.append_tokens, r.generated_tokens) for r in t.rounds] for t in dataset]
+    replayed = replay_trajectories(dataset, 10, np.random.default_rng(1))
+    got = replay_round_pairs(pairs, 10, np.random.default_rng(1))
+    assert got == [[(r.append_tokens, r.generated_tokens) for r in t.rounds] for t in replayed]
+    assert len({id(rounds) for rounds in got}) == 10  # each agent its own list

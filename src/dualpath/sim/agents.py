@@ -55,29 +55,13 @@ def load_trajectories(dataset: str, count: int, seed: int) -> list[list[Round]]:
     sampled trajectory behind a synthetic first round); the stand-in generator if it is absent."""
     rng = np.random.default_rng(seed)
     try:
-        from dualpath.workload import PROFILES, generate_round_pairs, replay_sources
-        from dualpath.workload.datasets import load_dataset
+        from dualpath.workload import load_round_pairs, replay_round_pairs
     except ImportError:
         if dataset not in TABLE2:
             raise ValueError(f"dataset {dataset!r}: use one of {', '.join(TABLE2)}") from None
         return synthetic_trajectories(dataset, count, rng)
-    # `replay_trajectories(load_dataset(dataset, seed=seed), count, rng)` as (append, gen) pairs: a named
-    # dataset straight from the generator's arrays, and each agent's rounds a list of the shared pairs.
-    pairs: list[list[Round]]
-    if dataset.lower() in PROFILES:
-        pairs = generate_round_pairs(dataset.lower(), seed=seed)
-    else:
-        pairs = [
-            [(r.append_tokens, r.generated_tokens) for r in t.rounds]
-            for t in load_dataset(dataset, seed=seed)
-        ]
-    out: list[list[Round]] = []
-    for agent, k in enumerate(replay_sources(len(pairs), count, rng)):
-        rounds = pairs[k]
-        # A.3: an agent past the dataset replays a drawn trajectory behind a synthetic round 0 (its
-        # first append's length, one generated token), as `replay_trajectories` builds it.
-        out.append(list(rounds) if agent < len(pairs) else [(rounds[0][0], 1), *rounds])
-    return out
+    # `replay_trajectories(load_dataset(dataset, seed=seed), count, rng)` as pairs, without its objects.
+    return replay_round_pairs(load_round_pairs(dataset, seed=seed), count, rng)
 
 
 def scale_rounds(

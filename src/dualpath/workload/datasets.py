@@ -1,5 +1,6 @@
 """One entry point per question: ``load_trace`` (any file, format detected) and ``load_dataset``
-(trajectories by dataset name or from a file)."""
+(trajectories by dataset name or from a file; ``load_round_pairs``: the same as (append, generated)
+tokens per round)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dualpath.workload.errors import TraceFormatError
-from dualpath.workload.generator import PROFILES, generate_dataset
+from dualpath.workload.generator import PROFILES, generate_dataset, generate_round_pairs
 from dualpath.workload.jsonl import TrajectoryFile, is_trajectory_header, read_trajectories
 from dualpath.workload.mooncake import RequestTrace, is_mooncake_record, read_mooncake
 from dualpath.workload.trajectory import Trajectory
@@ -64,8 +65,29 @@ def load_trace(path: str | Path, *, skip_bad: bool = False) -> LoadedTrace:
 def load_dataset(name_or_path: str | Path, seed: int = 0) -> tuple[Trajectory, ...]:
     """``"32k" | "48k" | "64k"`` → the generated Table 2 dataset (500 trajectories, seeded); otherwise a
     trajectory file. A Mooncake file is open-loop requests, not trajectories: use ``load_trace``."""
+    name = _dataset_name(name_or_path)
+    if name is not None:
+        return generate_dataset(name, seed=seed)
+    return _trajectory_file(name_or_path)
+
+
+def load_round_pairs(name_or_path: str | Path, seed: int = 0) -> list[list[tuple[int, int]]]:
+    """``load_dataset``'s trajectories as (append, generated) tokens per round; a named dataset straight
+    from the generator's draw, without a ``Round`` per round (what the simulator replays)."""
+    name = _dataset_name(name_or_path)
+    if name is not None:
+        return generate_round_pairs(name, seed=seed)
+    return [[(r.append_tokens, r.generated_tokens) for r in t.rounds] for t in _trajectory_file(name_or_path)]
+
+
+def _dataset_name(name_or_path: str | Path) -> str | None:
+    """The generated dataset ``name_or_path`` names (case-insensitive), or None for a file."""
     if isinstance(name_or_path, str) and name_or_path.lower() in PROFILES:
-        return generate_dataset(name_or_path.lower(), seed=seed)
+        return name_or_path.lower()
+    return None
+
+
+def _trajectory_file(name_or_path: str | Path) -> tuple[Trajectory, ...]:
     path = Path(name_or_path)
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such file, and not a dataset name ({', '.join(PROFILES)})")

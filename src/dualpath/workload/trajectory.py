@@ -159,6 +159,19 @@ def replay_trajectories(
     )
 
 
+def replay_round_pairs(
+    dataset: list[list[tuple[int, int]]], num_agents: int, rng: np.random.Generator
+) -> list[list[tuple[int, int]]]:
+    """``replay_trajectories`` on (append, generated) pairs per round (``load_round_pairs``): the same
+    draws and the same synthetic round 0 (the source's first append, one generated token). Every agent
+    gets its own list; the pairs themselves are shared."""
+    out: list[list[tuple[int, int]]] = []
+    for agent, k in enumerate(replay_sources(len(dataset), num_agents, rng)):
+        rounds = dataset[k]
+        out.append(list(rounds) if agent < len(dataset) else [(rounds[0][0], 1), *rounds])
+    return out
+
+
 def replay_sources(dataset_size: int, num_agents: int, rng: np.random.Generator) -> list[int]:
     """The dataset trajectory each agent replays (`replay_trajectories`' A.3 rule): agent i < dataset_size
     its own, each later one a uniform draw with replacement (and, there, a synthetic round 0)."""
