@@ -79,8 +79,9 @@ def timed_run(sim: Simulation) -> tuple[dict[str, int], dict[str, int]]:
     with held_back_gc():
         while True:
             time_s = heap[0].time_s if heap else inf
-            if time_s > now and kernel._instant_end:
-                callbacks, kernel._instant_end = kernel._instant_end, []
+            if time_s > now and kernel._instant_end_first is not None:
+                callbacks = [kernel._instant_end_first, *kernel._instant_end]  # `Simulator._end_instant`
+                kernel._instant_end_first, kernel._instant_end = None, []
                 for callback in callbacks:
                     phase = _phase(callback, ())
                     t0 = clock()

@@ -64,6 +64,47 @@ def test_callbacks_see_their_own_time_and_can_schedule_more() -> None:
     assert seen == [1.0, 1.5, 2.0, 2.5]
 
 
+def test_instant_end_callbacks_run_after_the_instant_in_request_order() -> None:
+    """`at_instant_end`: after every event of the instant, in request order, one round at a time; a
+    callback asked for during a round runs after the events the round scheduled at this instant."""
+    sim = Simulator()
+    log: list[str] = []
+
+    def end(name: str, then: str | None = None) -> None:
+        log.append(f"end {name}@{sim.now_s}")
+        if then == "event":  # an event at this instant: it runs before the next round
+            sim.schedule(0.0, event, f"{name}'s event")
+        elif then == "end":  # another callback: the next round
+            sim.at_instant_end(lambda: end(f"{name}'s end"))
+
+    def event(name: str) -> None:
+        log.append(f"{name}@{sim.now_s}")
+        if name == "a":
+            sim.at_instant_end(lambda: end("first", "event"))
+            sim.at_instant_end(lambda: end("second", "end"))
+            sim.at_instant_end(lambda: end("third"))
+            assert sim.next_time_s() == sim.now_s  # pending callbacks: the instant is not over
+        if name == "first's event":
+            sim.at_instant_end(lambda: end("after the event"))
+
+    sim.schedule_at(1.0, event, "a")
+    sim.schedule_at(1.0, event, "b")
+    sim.schedule_at(2.0, event, "c")
+    sim.run()
+    assert log == [
+        "a@1.0",
+        "b@1.0",
+        "end first@1.0",
+        "end second@1.0",
+        "end third@1.0",
+        "first's event@1.0",
+        "end second's end@1.0",
+        "end after the event@1.0",
+        "c@2.0",
+    ]
+    assert sim.events_processed == 4  # instant-end callbacks are not events
+
+
 def test_cancel_is_lazy_and_idempotent() -> None:
     sim = Simulator()
     log: list[int] = []

@@ -135,6 +135,7 @@ class Simulator:
         "_stopped",
         "_progress",
         "_progress_every",
+        "_instant_end_first",
         "_instant_end",
         "_dead",
     )
@@ -147,6 +148,9 @@ class Simulator:
         self._stopped: bool = False
         self._progress: Callable[[Simulator], None] | None = None
         self._progress_every: int = 0
+        # Instant-end callbacks in request order: the first in a field of its own, any later ones in the
+        # list. The link network asks for one per instant, so the common instant makes and frees no list.
+        self._instant_end_first: Callable[[], object] | None = None
         self._instant_end: list[Callable[[], object]] = []
         self._dead: int = 0  # cancelled entries still in the heap (module NOTE)
 
@@ -175,12 +179,26 @@ class Simulator:
     def at_instant_end(self, callback: Callable[[], object]) -> None:
         """Run `callback()` after every event of the current instant (those it schedules at this instant
         included), before time advances; in request order. Not counted in `events_processed`."""
-        self._instant_end.append(callback)
+        if self._instant_end_first is None:
+            self._instant_end_first = callback
+        else:
+            self._instant_end.append(callback)
 
     def _end_instant(self) -> None:
-        callbacks, self._instant_end = self._instant_end, []
-        for callback in callbacks:
-            callback()
+        """Run the callbacks asked for so far. Those they ask for wait for the loop's next round, after any
+        event they schedule at this instant (as before: each round takes the callbacks asked for until then)."""
+        first = self._instant_end_first
+        if first is None:
+            return
+        self._instant_end_first = None
+        later = self._instant_end
+        if later:
+            self._instant_end = []
+            first()
+            for callback in later:
+                callback()
+        else:
+            first()
 
     def cancel(self, handle: EventHandle) -> None:
         """Cancel a pending event; a no-op if it already ran or was cancelled."""
@@ -211,7 +229,7 @@ class Simulator:
 
     def next_time_s(self) -> float | None:
         """Time of the next live event, or None when nothing is pending."""
-        if self._instant_end:
+        if self._instant_end_first is not None:
             return self.now_s
         heap = self._heap
         while heap and heap[0].callback is None:
@@ -251,7 +269,7 @@ class Simulator:
                 time_s = entry.time_s
             else:
                 time_s = inf
-            if time_s > now and self._instant_end and now < horizon:
+            if time_s > now and self._instant_end_first is not None and now < horizon:
                 self._end_instant()
                 continue
             if time_s >= horizon:
