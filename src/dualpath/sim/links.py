@@ -86,6 +86,7 @@ class Link:
         "vio_sat",
         "vio_top",
         "sat_before",
+        "sat_update",
         "_last_s",
         "_bytes_high",
         "_bytes_low",
@@ -120,9 +121,10 @@ class Link:
         self.vio_load = 0.0
         self.vio_sat = 0
         self.vio_top = -1.0
-        # Scratch of a rate update (`links_fill.was_saturated`): 0 not known yet, 1 it was not saturated
-        # before this instant's changes, 2 it was; back to 0 when the update ends.
-        self.sat_before = 0
+        # Of a rate update (`links_fill.was_saturated`): saturated before this instant's changes, recorded
+        # for the update numbered `sat_update` (a record of an earlier update is stale; 0: none yet).
+        self.sat_before = False
+        self.sat_update = 0
         self._last_s = 0.0
         self._bytes_high = 0.0
         self._bytes_low = 0.0
@@ -274,7 +276,7 @@ class LinkNetwork:
         "_was_mixed",
         "_seq",
         "_dirty_groups",
-        "_before_touched",
+        "_update_number",
         "_update_pending",
         "_group_due_callback",
         "_update_callback",
@@ -305,8 +307,8 @@ class LinkNetwork:
         self._was_mixed = False
         self._seq = 0
         self._dirty_groups: list[FlowGroup] = []  # changed this instant (`FlowGroup.dirty`), in order
-        # Links whose `sat_before` is set (saturated before this instant's changes? `was_saturated`).
-        self._before_touched: list[Link] = []
+        # The pending rate update's number (from 1): stamps the links' `sat_before` records of it.
+        self._update_number = 1
         self._update_pending = False
         # The bound methods handed to the kernel, made once (not one method object per event).
         self._group_due_callback: Callable[[FlowGroup], None] = self._group_due
@@ -461,9 +463,9 @@ class LinkNetwork:
             return  # already dirty this instant: its links' states before are recorded, the update asked for
         group.dirty = True
         self._dirty_groups.append(group)
-        touched = self._before_touched
+        update = self._update_number
         for link in group.path:
-            was_saturated(link, touched)  # recorded now, before the change
+            was_saturated(link, update)  # recorded now, before the change
         if not self._update_pending:
             self._update_pending = True
             self.sim.at_instant_end(self._update_callback)
@@ -522,9 +524,7 @@ class LinkNetwork:
         self._was_mixed = mixed
         if refilled:
             self.recomputes += 1
-        for link in self._before_touched:
-            link.sat_before = 0
-        self._before_touched.clear()
+        self._update_number += 1  # this update's `sat_before` records are stale from now on
         self._apply(refilled, dirty)
         dirty.clear()
 
@@ -540,19 +540,19 @@ class LinkNetwork:
         Returns the re-filled groups, each with its new rate in `fill_rate`.
         """
         refilled: list[FlowGroup] = []  # each once: its `refill` flag, reset before returning
-        touched = self._before_touched
+        update = self._update_number
         for g in dirty:
             if g.num_flows and not g.refill:
                 g.refill = True
                 refilled.append(g)
             for link in g.path:
-                if was_saturated(link, touched):
+                if was_saturated(link, update):
                     bottlenecked_on(link, refilled)
         if not refilled:
             return []
         while True:
             frozen = fill(refilled, None)  # within what the other groups leave
-            grow = find_violations(refilled, touched)
+            grow = find_violations(refilled, update)
             if not grow:
                 break
             for g in grow:  # none of them is re-filled yet (`find_violations`)

@@ -369,20 +369,23 @@ def bottlenecked_on(link: Link, into: list[FlowGroup]) -> None:
             into.append(g)
 
 
-def was_saturated(link: Link, touched: list[Link]) -> bool:
+def was_saturated(link: Link, update: int) -> bool:
     """Whether `link` was saturated before this instant's changes: recorded when a group crossing it first
     changed (`LinkNetwork._mark_dirty`), else its load now (a link no changed group crosses has not
-    changed yet), remembered in `link.sat_before` until the rate update ends (`touched` lists the links
-    to reset)."""
-    state = link.sat_before
-    if state == _UNKNOWN:
-        saturated = link.rate_high + link.rate_low >= link.capacity_bytes_per_s * (1.0 - SAT_RTOL)
-        state = link.sat_before = _SAT if saturated else _UNSAT
-        touched.append(link)
-    return state == _SAT
+    changed yet), remembered in `link.sat_before` for the rest of rate update number `update`.
+
+    NOTE: the record is stamped with the update's number (`link.sat_update`) rather than reset when the
+    update ends: a record of an earlier update is simply stale, so no list of the links to reset is kept.
+    """
+    if link.sat_update == update:
+        return link.sat_before
+    saturated = link.rate_high + link.rate_low >= link.capacity_bytes_per_s * (1.0 - SAT_RTOL)
+    link.sat_before = saturated
+    link.sat_update = update
+    return saturated
 
 
-def find_violations(refilled: list[FlowGroup], before_touched: list[Link]) -> list[FlowGroup]:
+def find_violations(refilled: list[FlowGroup], update: int) -> list[FlowGroup]:
     """Groups to add to `refilled` so that re-filling can restore the bottleneck condition (empty: none),
     in the order found. The re-filled groups (`refill` set) have their new rates in `fill_rate` (`fill`
     over `refilled`).
@@ -391,7 +394,7 @@ def find_violations(refilled: list[FlowGroup], before_touched: list[Link]) -> li
     link the re-filled ones cross that was or is saturated (an unsaturated link is nobody's bottleneck,
     and links the re-filled groups do not cross keep their load and rates). A group remembers the link
     that last satisfied its condition (`bottleneck`); while that link is untouched, it still does.
-    Saturation before the change is `was_saturated` (`before_touched`: its list of links to reset).
+    Saturation before the change is `was_saturated` (`update`: the rate update's number).
 
     NOTE: per-link state (new load, saturated, largest rate) lives in the links' `vio_*` scratch
     fields, as `fill`'s does, and is reset before returning. The candidates and the groups to add are
@@ -413,14 +416,15 @@ def find_violations(refilled: list[FlowGroup], before_touched: list[Link]) -> li
     for link in new_links:
         sat = link.vio_load >= link.capacity_bytes_per_s * tol
         link.vio_sat = _SAT if sat else _UNSAT
-        if sat or was_saturated(link, before_touched):
+        if sat or was_saturated(link, update):
             for h in link.bottlenecked:
                 if not h.refill and not h.vio_seen:
                     h.vio_seen = True
                     candidates.append(h)
     for i in range(len(refilled), len(candidates)):
         candidates[i].vio_seen = False
-    others: list[Link] = []  # links outside `new_links` whose scratch fields were set
+    # From here on `new_links` also collects the other links whose scratch fields get set (`vio_new`
+    # False), so that one loop resets them all.
     grow: list[FlowGroup] = []  # each once (`vio_seen`)
     for g in candidates:
         refill = g.refill
@@ -432,7 +436,7 @@ def find_violations(refilled: list[FlowGroup], before_touched: list[Link]) -> li
                 known = link.vio_sat = (
                     _SAT if link.rate_high + link.rate_low >= link.capacity_bytes_per_s * tol else _UNSAT
                 )
-                others.append(link)
+                new_links.append(link)
             if known == _UNSAT:
                 continue
             t = link.vio_top
@@ -474,16 +478,12 @@ def find_violations(refilled: list[FlowGroup], before_touched: list[Link]) -> li
         link.vio_new = False
         link.vio_sat = _UNKNOWN
         link.vio_top = -1.0
-    for link in others:
-        link.vio_sat = _UNKNOWN
-        link.vio_top = -1.0
     for g in grow:
         g.vio_seen = False
     return grow
 
 
-# `Link.vio_sat` (saturated, as `find_violations` has worked it out so far) and `Link.sat_before`
-# (saturated before this instant's changes, `was_saturated`).
+# `Link.vio_sat`: saturated, as `find_violations` has worked it out so far.
 _UNKNOWN: Final = 0
 _UNSAT: Final = 1
 _SAT: Final = 2
