@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -97,20 +98,21 @@ class _Milestones:
         times = list(o.requests.values())
         n = len(times)
 
-        def column(values: Any) -> np.ndarray:
-            return np.fromiter(values, dtype=float, count=n)
+        def column(name: str, dtype: Any = float) -> np.ndarray:
+            # `attrgetter` through `map`: no generator frame per request (7.8 M requests at 48P96D).
+            return np.fromiter(map(attrgetter(name), times), dtype=dtype, count=n)
 
         ids = np.fromiter(o.requests.keys(), dtype=np.int64, count=n)
         self.order = None if n < 2 or bool(np.all(ids[1:] > ids[:-1])) else np.argsort(ids, kind="stable")
-        self.arrival = column(t.arrival_s for t in times)
-        self.scheduled = column(t.scheduled_s for t in times)
-        self.read_start = column(t.read_start_s for t in times)
-        self.read_end = column(t.read_end_s for t in times)
-        self.prefill_start = column(t.prefill_start_s for t in times)
-        self.first = column(t.first_token_s for t in times)
-        self.second = column(t.second_token_s for t in times)
-        self.last = column(t.last_token_s for t in times)
-        self.gen = np.fromiter((t.gen_tokens for t in times), dtype=np.int64, count=n)
+        self.arrival = column("arrival_s")
+        self.scheduled = column("scheduled_s")
+        self.read_start = column("read_start_s")
+        self.read_end = column("read_end_s")
+        self.prefill_start = column("prefill_start_s")
+        self.first = column("first_token_s")
+        self.second = column("second_token_s")
+        self.last = column("last_token_s")
+        self.gen = column("gen_tokens", np.int64)
 
     def by_id(self, values: np.ndarray) -> np.ndarray:
         return values if self.order is None else values[self.order]
