@@ -185,8 +185,8 @@ class Simulator:
             self._instant_end.append(callback)
 
     def _end_instant(self) -> None:
-        """Run the callbacks asked for so far. Those they ask for wait for the loop's next round, after any
-        event they schedule at this instant (as before: each round takes the callbacks asked for until then)."""
+        """Run the callbacks asked for so far (one round). Those they ask for wait for the loop's next round,
+        after any event they schedule at this instant."""
         first = self._instant_end_first
         if first is None:
             return
