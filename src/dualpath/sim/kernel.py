@@ -193,12 +193,12 @@ class Simulator:
         self._instant_end_first = None
         later = self._instant_end
         if later:
-            self._instant_end = []
+            self._instant_end = []  # swapped out first: what the callbacks ask for goes to a new round
             first()
             for callback in later:
                 callback()
         else:
-            first()
+            first()  # the empty list stays: anything `first` asks for lands in the field, then in it
 
     def cancel(self, handle: EventHandle) -> None:
         """Cancel a pending event; a no-op if it already ran or was cancelled."""
