@@ -80,6 +80,7 @@ class Link:
         "fill_count",
         "fill_residual",
         "fill_members",
+        "fill_len",
         "fill_order",
         "vio_new",
         "vio_load",
@@ -110,10 +111,12 @@ class Link:
         self.rate_low = 0.0
         self.top_rate = 0.0  # largest per-flow rate of its groups; < 0: stale (links_fill.cached_top_rate)
         # Scratch of `links_fill.fill` (its NOTE): unfrozen flows (0 between fills), bytes/s left, the
-        # groups to fill here (empty between fills) and the link's place in the fill's order.
+        # groups to fill here (the first `fill_len` of `fill_members`; 0 between fills) and the link's
+        # place in the fill's order.
         self.fill_count = 0
         self.fill_residual = 0.0
         self.fill_members: list[FlowGroup] = []
+        self.fill_len = 0
         self.fill_order = 0
         # Scratch of `links_fill.find_violations` (reset when it returns): crossed by a re-filled group,
         # its load with the new rates, saturated (0 unknown, 1 no, 2 yes), its largest rate (< 0 unknown).
@@ -276,6 +279,7 @@ class LinkNetwork:
         "_was_mixed",
         "_seq",
         "_dirty_groups",
+        "_num_dirty",
         "_update_number",
         "_update_pending",
         "_group_due_callback",
@@ -306,7 +310,11 @@ class LinkNetwork:
         self._num_low = 0
         self._was_mixed = False
         self._seq = 0
-        self._dirty_groups: list[FlowGroup] = []  # changed this instant (`FlowGroup.dirty`), in order
+        # The groups changed this instant (`FlowGroup.dirty`), in order: the first `_num_dirty` of the
+        # list, whose slots stay for the next instant (a cleared list frees its storage, and the next
+        # append would allocate it again: once per rate update).
+        self._dirty_groups: list[FlowGroup] = []
+        self._num_dirty = 0
         # The pending rate update's number (from 1): stamps the links' `sat_before` records of it.
         self._update_number = 1
         self._update_pending = False
@@ -462,7 +470,12 @@ class LinkNetwork:
         if group.dirty:
             return  # already dirty this instant: its links' states before are recorded, the update asked for
         group.dirty = True
-        self._dirty_groups.append(group)
+        dirty, k = self._dirty_groups, self._num_dirty
+        if k < len(dirty):
+            dirty[k] = group
+        else:
+            dirty.append(group)
+        self._num_dirty = k + 1
         update = self._update_number
         for link in group.path:
             was_saturated(link, update)  # recorded now, before the change
@@ -515,20 +528,21 @@ class LinkNetwork:
 
     def _update_rates(self) -> None:
         self._update_pending = False
-        dirty = self._dirty_groups  # emptied at the end: nothing marks a group dirty during the update
-        for g in dirty:
-            g.dirty = False
+        # Emptied (`_num_dirty` back to 0) at the end: nothing marks a group dirty during the update.
+        dirty, n = self._dirty_groups, self._num_dirty
+        for i in range(n):
+            dirty[i].dirty = False
         mixed = self._num_high > 0 and self._num_low > 0
         # Two classes (or the first update after them): exact three-pass WRR on the whole component.
-        refilled = self._two_class(dirty) if mixed or self._was_mixed else self._incremental(dirty)
+        refilled = self._two_class(dirty[:n]) if mixed or self._was_mixed else self._incremental(dirty, n)
         self._was_mixed = mixed
         if refilled:
             self.recomputes += 1
         self._update_number += 1  # this update's `sat_before` records are stale from now on
-        self._apply(refilled, dirty)
-        dirty.clear()
+        self._apply(refilled, dirty, n)
+        self._num_dirty = 0
 
-    def _incremental(self, dirty: list[FlowGroup]) -> list[FlowGroup]:
+    def _incremental(self, dirty: list[FlowGroup], num_dirty: int) -> list[FlowGroup]:
         """NOTE: single-class max-min, re-filling only the groups a change can reach.
 
             refilled = dirty groups + the groups bottlenecked on their links (saturated, fastest there)
@@ -541,7 +555,8 @@ class LinkNetwork:
         """
         refilled: list[FlowGroup] = []  # each once: its `refill` flag, reset before returning
         update = self._update_number
-        for g in dirty:
+        for i in range(num_dirty):
+            g = dirty[i]
             if g.num_flows and not g.refill:
                 g.refill = True
                 refilled.append(g)
@@ -599,9 +614,9 @@ class LinkNetwork:
             g.fill_rate = r
         return list(rates)
 
-    def _apply(self, refilled: list[FlowGroup], dirty: list[FlowGroup]) -> None:
+    def _apply(self, refilled: list[FlowGroup], dirty: list[FlowGroup], num_dirty: int) -> None:
         """Set the re-filled groups' new rates, their `fill_rate` (links settle their bytes first), and
-        move the groups' completion events."""
+        move the completion events of those and of the first `num_dirty` groups of `dirty`."""
         now_s = self.sim.now_s
         changed: list[FlowGroup] = []  # each once: its `rate_moved` flag, reset below
         for g in refilled:
@@ -638,7 +653,8 @@ class LinkNetwork:
                         link.top_rate = -1.0
             g.rate_moved = True
             changed.append(g)
-        for g in dirty:
+        for i in range(num_dirty):
+            g = dirty[i]
             if g.num_flows and not g.rate_moved:
                 self._reschedule(g, now_s, False)
         for g in changed:

@@ -86,7 +86,8 @@ class FlowGroup:
         self.rate = 0.0
         self.vtime_bytes = 0.0
         self.last_s = now_s
-        self.heap.clear()
+        if self.heap:  # aborted flows left lazily; an empty heap keeps its storage for the next flows
+            self.heap.clear()
         self.handle = None
         self.handle_tag = -1.0
         self.bottleneck = None
@@ -145,7 +146,9 @@ def fill(
     # NOTE: the fill's per-link state (unfrozen flows, residual, groups to fill) lives in scratch fields
     # of the links themselves (`Link.fill_*`), not in dicts keyed by link: the fill is most of a rate
     # update, and a field is read without hashing. Between fills every `fill_count` is 0 (a link leaves
-    # the fill when its last unfrozen group freezes) and every `fill_members` list is empty.
+    # the fill when its last unfrozen group freezes) and every `fill_len` is 0: a link's groups to fill
+    # are the first `fill_len` of its `fill_members`, whose slots stay for the next fill (a cleared list
+    # frees its storage, and the next fill's first append would allocate it again).
     order: list[Link] = []  # the links to fill, first seen first: the scan's tie-break order
     for g in groups:
         n = g.num_flows
@@ -163,7 +166,12 @@ def fill(
                 link.fill_count = c + n
                 if residual is None:
                     link.fill_residual += used
-            link.fill_members.append(g)
+            members, k = link.fill_members, link.fill_len
+            if k < len(members):
+                members[k] = g
+            else:
+                members.append(g)
+            link.fill_len = k + 1
     if residual is None:
         for link in order:
             if link.fill_residual < 0.0:
@@ -188,7 +196,7 @@ def fill(
                 break
             _freeze(bottleneck, best if best > 0.0 else 0.0, frozen, frozen_at, None)
     for link in order:
-        link.fill_members.clear()
+        link.fill_len = 0
     for g in frozen:
         g.fill_frozen = False
     return frozen
@@ -203,7 +211,9 @@ def _freeze(
 ) -> None:
     """Freeze the bottleneck's unfrozen groups at `best` (appended to `frozen`); their links lose their
     flows and share. `touched`, if given, receives the links still unfrozen whose share changed."""
-    for g in bottleneck.fill_members:
+    members = bottleneck.fill_members
+    for i in range(bottleneck.fill_len):
+        g = members[i]
         if g.fill_frozen:
             continue
         g.fill_frozen = True
