@@ -104,6 +104,20 @@ def test_prefill_time_grows_with_new_and_cached_tokens(make_model) -> None:  # t
 
 
 @pytest.mark.parametrize("make_model", [make_deepseek_v32, make_qwen25_32b])
+def test_attention_time_reusing_the_last_calls_sums_equals_a_fresh_model(make_model) -> None:  # type: ignore[no-untyped-def]
+    # One model asked as §6.4 packing asks (a batch growing, its last request resized, a shorter batch,
+    # a different head, an idle GPU, a shorter batch whose stale tail matches the next one): each answer
+    # must equal a fresh model's, bit for bit.
+    cm = gpu_cost_model(make_model(), HOPPER)
+    a, b, c, d = (32768, 429), (1024, 4096), (60000, 0), (8192, 1)
+    calls = [[a], [a, b], [a, b, c], [a, b, (40000, 17)], [a, b, (40000, 900)], [a], [], [a, b, c, d],
+             [b, a], [b], [d, c, b, a], [d, c], [(0, 5)], [a, b, c], [b], [b, b, c]]  # fmt: skip
+    for batch in calls:
+        fresh = CostModel(cm.model, cm.coefficients)
+        assert cm.attention_layer_time_s(batch) == fresh.attention_layer_time_s(batch), batch
+
+
+@pytest.mark.parametrize("make_model", [make_deepseek_v32, make_qwen25_32b])
 def test_decode_time_grows_with_batch_and_context(make_model) -> None:  # type: ignore[no-untyped-def]
     cm = gpu_cost_model(make_model(), HOPPER, decode_ep_size=32)
     by_batch = [cm.decode_step_time_s(b, b * 8192) for b in (1, 8, 64, 256)]

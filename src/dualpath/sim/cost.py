@@ -24,7 +24,7 @@ import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any, Final
+from typing import Any, Final, final
 
 from dualpath.architecture import arch
 from dualpath.config.specs import HardwareSpec, ModelSpec
@@ -184,6 +184,20 @@ class _LayerKind:
     moe: bool
 
 
+@final
+class _AttentionSums:
+    """`CostModel.attention_layer_time_s`'s running sums over a batch's first k requests, in fields the
+    native build keeps unboxed (a tuple of them would box four numbers per request)."""
+
+    __slots__ = ("main_pairs", "indexer_pairs", "weighted_context", "new_total")
+
+    def __init__(self) -> None:
+        self.main_pairs = 0
+        self.indexer_pairs = 0
+        self.weighted_context = 0.0
+        self.new_total = 0
+
+
 class CostModel:
     """Times for one model on one device kind. Cheap to call; decode steps are memoised."""
 
@@ -213,7 +227,8 @@ class CostModel:
         # The last `attention_layer_time_s` call's requests and its running sums after each of them
         # (`_attention_sums`): see that method's NOTE.
         self._attention_prefix: list[tuple[int, int]] = []
-        self._attention_sums: list[tuple[int, int, float, int]] = [(0, 0, 0.0, 0)]
+        self._attention_sums: list[_AttentionSums] = [_AttentionSums()]
+        self._attention_len = 0  # how many of `_attention_prefix` are the last call's (the rest: stale)
 
     @staticmethod
     def from_dict(model: ModelSpec, coefficients: dict[str, Any]) -> CostModel:
@@ -232,29 +247,39 @@ class CostModel:
         leading requests again and again. The sums over the requests that lead the previous call too
         are taken from it (`_attention_sums[k]`: the sums over its first k requests), and only the rest
         is added up. The sums are built in the same order as a fresh loop, so the result is identical.
+        The lists keep their slots between calls (`_attention_len` says how many are current) and the
+        sums' records are rewritten in place: no list shrinks and no number is boxed per request.
         """
         if not requests:
             return 0.0  # an idle GPU of the step: what the sums give, and the previous call's prefix kept
         c = self.coefficients
         prefix, sums = self._attention_prefix, self._attention_sums
-        k, same = 0, min(len(prefix), len(requests))
+        n = len(requests)
+        k, same = 0, min(self._attention_len, n)
         while k < same and prefix[k] == requests[k]:
             k += 1
-        if k < len(prefix):
-            del prefix[k:]
-            del sums[k + 1 :]
-        main_pairs, indexer_pairs, weighted_context, new_total = sums[k]
-        for i in range(k, len(requests)):
+        base = sums[k]
+        main_pairs, indexer_pairs = base.main_pairs, base.indexer_pairs
+        weighted_context, new_total = base.weighted_context, base.new_total
+        for i in range(k, n):
             item = requests[i]
             cached, new = item
-            prefix.append(item)  # the caller's (immutable) pair, kept as is
+            if i < len(prefix):
+                prefix[i] = item  # the caller's (immutable) pair, kept as is
+            else:
+                prefix.append(item)
             if new > 0:
                 main_pairs += arch.causal_key_count(cached, new, self._top_k)
                 if self._indexer_flops_per_pair:
                     indexer_pairs += arch.causal_key_count(cached, new)
                 weighted_context += new * (cached + new)
                 new_total += new
-            sums.append((main_pairs, indexer_pairs, weighted_context, new_total))
+            if i + 1 == len(sums):
+                sums.append(_AttentionSums())
+            after = sums[i + 1]
+            after.main_pairs, after.indexer_pairs = main_pairs, indexer_pairs
+            after.weighted_context, after.new_total = weighted_context, new_total
+        self._attention_len = n
         if new_total == 0:
             return 0.0
         main_flops = main_pairs * self._main_flops_per_pair
