@@ -618,7 +618,8 @@ class LinkNetwork:
         """Set the re-filled groups' new rates, their `fill_rate` (links settle their bytes first), and
         move the completion events of those and of the first `num_dirty` groups of `dirty`."""
         now_s = self.sim.now_s
-        changed: list[FlowGroup] = []  # each once: its `rate_moved` flag, reset below
+        # The groups whose rate moved are marked (`rate_moved`, reset below) rather than listed: a group
+        # re-filled twice moves once (the second time its rate is already the new one).
         for g in refilled:
             new = g.fill_rate
             old = g.rate
@@ -652,14 +653,14 @@ class LinkNetwork:
                     elif old >= top:
                         link.top_rate = -1.0
             g.rate_moved = True
-            changed.append(g)
         for i in range(num_dirty):
             g = dirty[i]
             if g.num_flows and not g.rate_moved:
                 self._reschedule(g, now_s, False)
-        for g in changed:
-            g.rate_moved = False
-            self._reschedule(g, now_s, True)
+        for g in refilled:
+            if g.rate_moved:
+                g.rate_moved = False
+                self._reschedule(g, now_s, True)
 
     def _reschedule(self, g: FlowGroup, now_s: float, rate_changed: bool) -> None:
         heap = g.heap
