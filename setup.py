@@ -54,9 +54,15 @@ def _pure(names: tuple[str, ...], why: str) -> list[Any]:
 # GCC's profile-guided optimisation (`native_pgo.py`): (compile flags, link flags) per stage. The profile
 # (`.gcda` files) lands beside the instrumented build's object files in build/, where the `use` build of
 # the same sources finds it; `-fprofile-update=single`: the simulator runs on one thread.
+# `-fprofile-partial-training` (GCC >= 10): code the short training runs never reached (a large cluster's
+# heap-based fill, a failure's re-plan, paths only a long run takes) is compiled for speed as without a
+# profile, not for size in cold sections; measured faster at 2P4D 2,048 agents too (benchmarks/README.md).
 PROFILE_FLAGS: dict[str, tuple[list[str], list[str]]] = {
     "generate": (["-fprofile-generate", "-fprofile-update=single"], ["-fprofile-generate"]),
-    "use": (["-fprofile-use", "-fprofile-correction", "-Wno-missing-profile"], ["-fprofile-use"]),
+    "use": (
+        ["-fprofile-use", "-fprofile-partial-training", "-fprofile-correction", "-Wno-missing-profile"],
+        ["-fprofile-use"],
+    ),
 }
 
 
