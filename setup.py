@@ -66,6 +66,21 @@ PROFILE_FLAGS: dict[str, tuple[list[str], list[str]]] = {
 }
 
 
+# Every GCC build, plain or either profile stage (the stages must compile alike, or GCC refuses the
+# profile): the extension's C functions are global symbols of a shared object, which GCC by default
+# must assume another library could interpose, so it neither inlines one into another nor calls it
+# directly. Nothing interposes them (Python reaches the module through its init function only);
+# CPython builds its own library with this flag for the same reason. Measured in benchmarks/README.md.
+GCC_FLAGS: list[str] = ["-fno-semantic-interposition"]
+
+
+def _gcc_flags(native: ModuleType, modules: list[Any], compiler: str) -> None:
+    if not native.is_gcc(compiler):
+        return
+    for module in modules:
+        module.extra_compile_args = [*module.extra_compile_args, *GCC_FLAGS]
+
+
 def _profile_flags(native: ModuleType, modules: list[Any], compiler: str) -> None:
     """Add the profile stage's flags (`native.PROFILE_ENV`) to every extension (GCC only; any other
     value: refused)."""
@@ -102,6 +117,7 @@ def ext_modules() -> list[Any]:
         modules: list[Any] = mypycify(paths, opt_level="3")
     except (Exception, SystemExit) as error:  # a mypyc type error exits: still install, as pure Python
         return _pure(names, f"mypyc failed: {error}")
+    _gcc_flags(native, modules, compiler)
     _profile_flags(native, modules, compiler)
     _say(f"compiling {len(names)} modules with mypyc (dualpath/native.py NATIVE_MODULES)")
     return modules
