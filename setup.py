@@ -68,9 +68,10 @@ PROFILE_FLAGS: dict[str, tuple[list[str], list[str]]] = {
 
 # Every GCC build, plain or either profile stage (the stages must compile alike, or GCC refuses the
 # profile): the extension's C functions are global symbols of a shared object, which GCC by default
-# must assume another library could interpose, so it neither inlines one into another nor calls it
-# directly. Nothing interposes them (Python reaches the module through its init function only);
-# CPython builds its own library with this flag for the same reason. Measured in benchmarks/README.md.
+# must assume another library could interpose, so it inlines none of them into another and assumes
+# nothing across them. Nothing interposes them (Python reaches the module through its init function
+# only); CPython builds its own library with this flag for the same reason. Measured in
+# benchmarks/README.md.
 GCC_FLAGS: list[str] = ["-fno-semantic-interposition"]
 
 
