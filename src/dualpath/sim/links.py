@@ -43,6 +43,7 @@ from dualpath.sim.links_fill import (
     bottlenecked_on,
     fill,
     find_violations,
+    put_at,
     set_bottleneck,
     was_saturated,
 )
@@ -311,8 +312,7 @@ class LinkNetwork:
         self._was_mixed = False
         self._seq = 0
         # The groups changed this instant (`FlowGroup.dirty`), in order: the first `_num_dirty` of the
-        # list, whose slots stay for the next instant (a cleared list frees its storage, and the next
-        # append would allocate it again: once per rate update).
+        # list, whose slots stay for the next instant (`links_fill.put_at`).
         self._dirty_groups: list[FlowGroup] = []
         self._num_dirty = 0
         # The pending rate update's number (from 1): stamps the links' `sat_before` records of it.
@@ -470,12 +470,8 @@ class LinkNetwork:
         if group.dirty:
             return  # already dirty this instant: its links' states before are recorded, the update asked for
         group.dirty = True
-        dirty, k = self._dirty_groups, self._num_dirty
-        if k < len(dirty):
-            dirty[k] = group
-        else:
-            dirty.append(group)
-        self._num_dirty = k + 1
+        put_at(self._dirty_groups, self._num_dirty, group)
+        self._num_dirty += 1
         update = self._update_number
         for link in group.path:
             was_saturated(link, update)  # recorded now, before the change
@@ -618,8 +614,8 @@ class LinkNetwork:
         """Set the re-filled groups' new rates, their `fill_rate` (links settle their bytes first), and
         move the completion events of those and of the first `num_dirty` groups of `dirty`."""
         now_s = self.sim.now_s
-        # The groups whose rate moved are marked (`rate_moved`, reset below) rather than listed: a group
-        # re-filled twice moves once (the second time its rate is already the new one).
+        # The groups whose rate moved are marked (`rate_moved`, reset below) rather than listed; the last
+        # loop finds them again in `refilled`, which holds each group once (a fill freezes each once).
         for g in refilled:
             new = g.fill_rate
             old = g.rate

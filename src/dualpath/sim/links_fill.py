@@ -110,6 +110,16 @@ class FlowGroup:
         return heap[0] if heap else None
 
 
+def put_at(items: list[FlowGroup], index: int, group: FlowGroup) -> None:
+    """`items[index] = group` for a scratch list that keeps its slots between uses, its caller counting
+    the live ones: the list grows by one when `index` is its length. (`list.clear()` would free the
+    storage, and the next append allocate it again.)"""
+    if index < len(items):
+        items[index] = group
+    else:
+        items.append(group)
+
+
 def fill(
     groups: list[FlowGroup],
     residual: dict[Link, float] | None,
@@ -147,8 +157,7 @@ def fill(
     # of the links themselves (`Link.fill_*`), not in dicts keyed by link: the fill is most of a rate
     # update, and a field is read without hashing. Between fills every `fill_count` is 0 (a link leaves
     # the fill when its last unfrozen group freezes) and every `fill_len` is 0: a link's groups to fill
-    # are the first `fill_len` of its `fill_members`, whose slots stay for the next fill (a cleared list
-    # frees its storage, and the next fill's first append would allocate it again).
+    # are the first `fill_len` of its `fill_members`, whose slots stay for the next fill (`put_at`).
     order: list[Link] = []  # the links to fill, first seen first: the scan's tie-break order
     for g in groups:
         n = g.num_flows
@@ -166,12 +175,8 @@ def fill(
                 link.fill_count = c + n
                 if residual is None:
                     link.fill_residual += used
-            members, k = link.fill_members, link.fill_len
-            if k < len(members):
-                members[k] = g
-            else:
-                members.append(g)
-            link.fill_len = k + 1
+            put_at(link.fill_members, link.fill_len, g)
+            link.fill_len += 1
     if residual is None:
         for link in order:
             if link.fill_residual < 0.0:
