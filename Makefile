@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # The native build (setup.py, docs/simulator-native.md) compiles modules of these folders: an edit there
 # re-runs the install so that `make test` / `make demo` never run a stale .so.
-NATIVE_SOURCES := setup.py native_pgo.py src/dualpath/native.py src/dualpath/request.py src/dualpath/architecture/arch.py $(wildcard src/dualpath/policy/*.py src/dualpath/engine/*.py src/dualpath/sim/*.py)
+NATIVE_SOURCES := setup.py native_pgo.py src/dualpath/native.py src/dualpath/request.py src/dualpath/architecture/arch.py $(wildcard src/dualpath/policy/*.py src/dualpath/engine/*.py src/dualpath/sim/*.py src/dualpath/sim/*.c)
 
 .PHONY: demo test lint typecheck check slow clean venv
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from setuptools import setup
+from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 HERE = Path(__file__).resolve().parent
@@ -39,9 +39,13 @@ def _say(line: str) -> None:
     print(f"dualpath build: {line}", file=sys.stderr)
 
 
+# Plain C, no mypyc: pymalloc's arenas on huge pages for large simulations (sim/huge_pages.py).
+HUGE_ARENAS = ("dualpath.sim._huge_arenas", "src/dualpath/sim/_huge_arenas.c")
+
+
 def _pure(names: tuple[str, ...], why: str) -> list[Any]:
     """No extension modules; an earlier editable build's .so files go too, or they would still load."""
-    for name in names:
+    for name in (*names, HUGE_ARENAS[0]):
         source = HERE.joinpath("src", *name.split(".")).with_suffix(".py")
         for old in source.parent.glob(f"{source.stem}.*.so"):
             old.unlink()
@@ -121,7 +125,7 @@ def ext_modules() -> list[Any]:
     _gcc_flags(native, modules, compiler)
     _profile_flags(native, modules, compiler)
     _say(f"compiling {len(names)} modules with mypyc (dualpath/native.py NATIVE_MODULES)")
-    return modules
+    return [*modules, Extension(HUGE_ARENAS[0], [HUGE_ARENAS[1]])]
 
 
 class OptionalBuildExt(build_ext):

@@ -37,6 +37,7 @@ from dualpath.native import compiled_modules
 from dualpath.sim.agents import load_trajectories
 from dualpath.sim.driver import SimConfig, Simulation
 from dualpath.sim.gc_tuning import held_back_gc
+from dualpath.sim.huge_pages import anon_huge_page_bytes, arena_stats, use_huge_page_arenas
 
 # Kernel and flow callbacks by name -> the phase of a request's life they stand for (docs/simulator.md).
 PHASES = {
@@ -76,6 +77,7 @@ def timed_run(sim: Simulation) -> tuple[dict[str, int], dict[str, int]]:
     cpu_ns: dict[str, int] = defaultdict(int)
     clock = time.thread_time_ns
     now, inf = kernel.now_s, float("inf")
+    use_huge_page_arenas()  # as `Simulation.run` (sim/huge_pages.py)
     with held_back_gc():
         while True:
             time_s = heap[0].time_s if heap else inf
@@ -157,6 +159,8 @@ def case(p: int, d: int, agents: int, mode: str, progress_every_s: float = 0.0, 
         "cpu_us_per_event": 1e6 * cpu / max(1, out.events),
         "events_per_request": out.events / max(1, len(out.requests)),
         "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        "huge_page_arenas": arena_stats(),  # None: not built; its "installed": False with DUALPATH_HUGE_PAGES=0
+        "anon_huge_page_bytes": anon_huge_page_bytes(),  # at the end of the run
         "load_average": os.getloadavg(),
     }
     if table is not None:

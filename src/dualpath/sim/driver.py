@@ -33,6 +33,7 @@ from dualpath.sim.cost import CostModel, gpu_cost_model
 from dualpath.sim.early_stop import EarlyStop, EarlyStopWatch, TtftP90Watch
 from dualpath.sim.gc_tuning import held_back_gc
 from dualpath.sim.host import HostSpec, RuntimeHost
+from dualpath.sim.huge_pages import use_huge_page_arenas
 from dualpath.sim.kernel import EventHandle, Simulator
 from dualpath.sim.links import Link, LinkNetwork, TrafficClass
 from dualpath.sim.prefill_timing import layerwise_end_s, whole_kv_end_s
@@ -349,6 +350,7 @@ class Simulation:
             self.sim.set_progress(progress, every_events=20_000)
         if self.config.record_links:
             self.sim.schedule(0.0, self._sample, priority=2)
+        use_huge_page_arenas()  # speed only (sim/huge_pages.py)
         with held_back_gc():  # speed only (sim/gc_tuning.py)
             self.sim.run(until_s=self.config.duration_s)
         self._snic_final_sample()
