@@ -2,12 +2,13 @@
 
 NOTE: CPython's small-object allocator (pymalloc) takes its memory in 1 MiB arenas of 4 KiB pages. A
 large simulation keeps gigabytes of small objects (48P96D: ≈ 4 GB of requests, flows, heap entries and
-per-request records) and reaches them all over, so a growing share of its memory accesses misses the
-TLB and walks the page tables first: the simulator's cost per event grows with the cluster
-(benchmarks/README.md: 3P6D 4.4 µs, 12P24D 7.1 µs, 48P96D 11.6 µs per event), with the same functions
-on top of `perf`'s profile at every size. `_huge_arenas.c` gives
-pymalloc arenas cut from 2 MiB-aligned regions advised MADV_HUGEPAGE, which Linux backs with
-transparent huge pages when /sys/kernel/mm/transparent_hugepage/enabled is `madvise` or `always`.
+per-request records) and reaches them all over: far more 4 KiB pages than the TLB holds, and a TLB
+miss costs a page-table walk (under a hypervisor, through the guest's and the host's tables). The
+simulator's cost per event grows with the cluster (benchmarks/README.md: 3P6D 4.4 µs, 12P24D 7.1 µs,
+48P96D 11.6 µs per event) with the same functions on top of `perf`'s profile at every size.
+`_huge_arenas.c` gives pymalloc arenas cut from 2 MiB-aligned regions advised MADV_HUGEPAGE, which Linux
+backs with transparent huge pages when /sys/kernel/mm/transparent_hugepage/enabled is `madvise` or
+`always`; the gain measured at 48P96D (benchmarks/README.md) is what says the TLB mattered.
 
 `use_huge_page_arenas()` installs it for the whole process, once (pymalloc has one arena allocator per
 process) and for good: an arena must be freed by the allocator it came from. `Simulation.run` calls it;
