@@ -305,7 +305,7 @@ class Simulation:
         self._io_free: list[tuple[int, bool]] = []  # oracle persists (no I/O time), done after `_do`
         # The D2H pipe of each DE engine, at its engine id (None: none yet): a list, not a dict, since
         # an int key above 256 is a new object at each lookup, which the dict compares by value.
-        self._d2h_pipes: list[_WritePipe | None] = []
+        self._d2h_pipes: list[_WritePipe | None] = [None] * (nodes * g)
         self._persist_pipes: dict[int, _WritePipe] = {}
         self._touched: dict[_WritePipe, None] = {}
         self._samples: list[tuple[float, int, float]] = []
@@ -532,8 +532,7 @@ class Simulation:
         if c.last:
             t.last_token_s = self.sim.now_s
             if c.token_index >= 2:
-                pipes = self._d2h_pipes
-                pipe = pipes[c.de_engine] if c.de_engine < len(pipes) else None
+                pipe = self._d2h_pipes[c.de_engine]
                 if pipe is not None:
                     self._touched[pipe] = None
 
@@ -627,14 +626,10 @@ class Simulation:
         the DRAM link once: decode blocks are ~0.3 GB/s per node against 500 GB/s of DRAM, so the
         error is < 0.1 % of that link, and one flow instead of two per write halves these events.
         """
-        pipes = self._d2h_pipes
-        pipe = pipes[de_engine] if de_engine < len(pipes) else None
+        pipe = self._d2h_pipes[de_engine]
         if pipe is None:
             path = self.topo.d2h(de_engine) + self.topo.persist(de_engine)[1:]
-            pipe = _WritePipe(self.net, path, self._persisted)
-            while len(pipes) <= de_engine:
-                pipes.append(None)
-            pipes[de_engine] = pipe
+            pipe = self._d2h_pipes[de_engine] = _WritePipe(self.net, path, self._persisted)
         return pipe
 
     def _persist_pipe(self, de_engine: int) -> _WritePipe:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from types import ModuleType
 
 HUGE_PAGES_ENV = "DUALPATH_HUGE_PAGES"
 
@@ -28,26 +29,29 @@ def huge_pages_switched_off() -> bool:
     return os.environ.get(HUGE_PAGES_ENV, "") == "0"
 
 
-def use_huge_page_arenas() -> bool:
-    """Take pymalloc's arenas from huge-page regions from now on, in this process (idempotent). False when
-    `DUALPATH_HUGE_PAGES=0` is set or the compiled module is not built."""
-    if huge_pages_switched_off():
-        return False
+def _arenas_module() -> ModuleType | None:
+    """The compiled `_huge_arenas`, or None where it is not built (a pure-Python install)."""
     try:
         from dualpath.sim import _huge_arenas
     except ImportError:
+        return None
+    return _huge_arenas
+
+
+def use_huge_page_arenas() -> bool:
+    """Take pymalloc's arenas from huge-page regions from now on, in this process (idempotent). False when
+    `DUALPATH_HUGE_PAGES=0` is set or the compiled module is not built."""
+    module = None if huge_pages_switched_off() else _arenas_module()
+    if module is None:
         return False
-    _huge_arenas.install()
+    module.install()
     return True
 
 
 def arena_stats() -> dict[str, int | bool] | None:
     """The allocator's counters (`_huge_arenas.stats`), or None without the compiled module."""
-    try:
-        from dualpath.sim import _huge_arenas
-    except ImportError:
-        return None
-    return _huge_arenas.stats()
+    module = _arenas_module()
+    return None if module is None else module.stats()
 
 
 def anon_huge_page_bytes() -> int | None:
