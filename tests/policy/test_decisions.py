@@ -60,3 +60,6 @@ def test_read_tokens_sum_the_assignments_hits_by_side() -> None:
     log.record(BatchDecision(pe_engine=2, items=(BatchItem(request_id=7, cached_tokens=640, new_tokens=16),)))
     log.record(_assignment(request_id=8, pe_read_tokens=128, de_read_tokens=256))
     assert log.read_tokens() == (192, 256)
+    log.entries.clear()  # a driver that does not keep the decisions (sim `keep_decisions`)
+    log.record(_assignment(request_id=9, pe_read_tokens=0, de_read_tokens=8))
+    assert log.read_tokens() == (192, 264)

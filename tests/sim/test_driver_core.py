@@ -11,6 +11,7 @@ from dualpath.config.loader import load_cluster
 from dualpath.sim.agents import load_trajectories
 from dualpath.sim.driver import SimConfig, Simulation
 from dualpath.sim.prefill_timing import layerwise_end_s, whole_kv_end_s
+from dualpath.sim.summary import summarise
 
 
 def test_layerwise_closed_form_takes_layers_plus_one_layer_times() -> None:
@@ -59,6 +60,29 @@ def test_requests_are_kept_by_id_and_each_agent_moves_on_once() -> None:
     # Each request hands its agent on once (done or re-planned): a second time is a bug, not a new round.
     with pytest.raises(KeyError, match="request 0 has no agent"):
         sim._pop_agent(0)
+
+
+def test_decisions_are_kept_only_when_asked_with_the_same_results() -> None:
+    """A run keeps no decisions unless `keep_decisions` (a 48P96D run's 7.8 M assignments); the summary
+    reads only the log's read-token sums, so both runs give the same numbers."""
+    cluster = load_cluster(hardware="hopper-8x400g", model="ds-27b", num_prefill_nodes=1, num_decode_nodes=1)
+    trajectories = [t[:25] for t in load_trajectories("64k", 6, 1)]
+    runs = {}
+    for keep in (False, True):
+        config = SimConfig(cluster=cluster, mode="dualpath", keep_decisions=keep)
+        out = Simulation(config, trajectories, seed=1).run()
+        runs[keep] = (out, summarise(out, offline=True, wall_s=0.0))
+    (dropped, dropped_summary), (kept, kept_summary) = runs[False], runs[True]
+    assert dropped.log.entries == [] and len(kept.log.assignments) == len(kept.requests) > 0
+    assert any(b.items for b in kept.log.batches)
+    pe = sum(a.pe_read_tokens for a in kept.log.assignments)
+    de = sum(a.de_read_tokens for a in kept.log.assignments)
+    assert dropped.log.read_tokens() == kept.log.read_tokens() == (pe, de) and de > 0
+    assert dropped_summary == kept_summary
+    # The assignment times stamped from each fetch's decisions are there either way.
+    assert [(t.scheduled_s, t.pe_engine, t.de_engine) for t in dropped.requests.values()] == [
+        (t.scheduled_s, t.pe_engine, t.de_engine) for t in kept.requests.values()
+    ]
 
 
 def run_cli(*args: str, capsys: pytest.CaptureFixture[str]) -> dict:  # type: ignore[type-arg]

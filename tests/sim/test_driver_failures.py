@@ -17,7 +17,8 @@ from dualpath.sim.driver import SimConfig, Simulation
 def _sim(mode: str, failures: tuple[tuple[int, float, float | None], ...]) -> Simulation:
     cluster = load_cluster(hardware="hopper-8x400g", model="ds-27b", num_prefill_nodes=2, num_decode_nodes=2)
     trajectories = [t[:12] for t in load_trajectories("64k", 12, 1)]
-    return Simulation(SimConfig(cluster=cluster, mode=mode, failures=failures), trajectories, seed=1)
+    config = SimConfig(cluster=cluster, mode=mode, failures=failures, keep_decisions=True)
+    return Simulation(config, trajectories, seed=1)
 
 
 @pytest.mark.parametrize("mode", ["basic", "dualpath", "oracle"])

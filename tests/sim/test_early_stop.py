@@ -22,7 +22,7 @@ def online(aps: float, early_stop: EarlyStop | None, p90_s: float | None = None)
                            overrides=["hardware.snic_bytes_per_s=25Gbps"])  # fmt: skip
     trajectories = [t[:20] for t in load_trajectories("64k", round(aps * 300), 1)]
     config = SimConfig(cluster=cluster, mode="basic", aps=aps, duration_s=300.0, early_stop=early_stop,
-                       stop_p90_ttft_s=p90_s)  # fmt: skip
+                       stop_p90_ttft_s=p90_s, keep_decisions=True)  # fmt: skip
     sim = Simulation(config, trajectories, seed=1)
     return sim, summarise(sim.run(), offline=False, wall_s=0.0)
 

@@ -170,6 +170,7 @@ def _simulate_here(mode: str, fail: bool = False) -> dict[str, Any]:
 
     spec = _spec()
     config = sim_config(spec, load_calibration(CALIBRATION), mode)
+    config = replace(config, keep_decisions=True)  # the decisions are what the parent compares
     if fail:
         config = replace(config, failures=FAILURES)
     sim = Simulation(config, _trace(), seed=0)

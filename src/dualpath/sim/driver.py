@@ -81,6 +81,11 @@ class SimConfig:
     # Node failures (`simulate --fail`): (node id, time s, seconds down or None: for good), run through
     # the core's own entry points (`ClusterCore.on_node_down` / `on_node_up`), as the runtime runs them.
     failures: tuple[tuple[int, float, float | None], ...] = ()
+    # Keep every decision in `Simulation.log.entries` (tests compare two drivers' logs). Off, each
+    # fetch's decisions are dropped once their times are stamped and the log keeps its read-token sums
+    # (`DecisionLog.read_tokens`, all the summary reads): a run's results then hold one `RequestTimes`
+    # per request; the decisions were 1.6 GB of a 48P96D run's 4.2 GB peak (benchmarks/README.md).
+    keep_decisions: bool = False
 
 
 class StepCosts(Protocol):
@@ -317,6 +322,7 @@ class Simulation:
         self._snic_samples: list[tuple[float, tuple[float, ...]]] = []
         self._snic_next_s = 0.0  # the next window boundary; the first read event samples t = 0
         self._assigned = 0  # log entries already looked at for assignment times
+        self._keep_decisions = config.keep_decisions
         # Early stops fed with each first token, in this order, until one gives a reason to stop.
         self._watches: list[EarlyStopWatch | TtftP90Watch] = []
         if config.early_stop is not None:
@@ -355,6 +361,8 @@ class Simulation:
         use_huge_page_arenas()  # speed only (sim/huge_pages.py)
         with held_back_gc():  # speed only (sim/gc_tuning.py)
             self.sim.run(until_s=self.config.duration_s)
+        if not self._keep_decisions:
+            self.log.entries.clear()  # the batches logged after the last fetch: none is kept
         self._snic_final_sample()
         return SimOutcome(self.agents, self.times, self.sim.now_s, self.sim.events_processed, self.topo,
                           self.log, self.core, self._samples, self._attention_ratios, self.stop_reason,
@@ -437,11 +445,14 @@ class Simulation:
         self._fetch_pending = False
         commands = self.core.fetch(self.sim.now_s)
         entries = self.log.entries
-        for a in entries[self._assigned :]:  # the decisions this fetch logged
+        for a in entries[self._assigned :]:  # the decisions logged since the last fetch
             if isinstance(a, Assignment):
                 t = self._times[a.request_id]
                 t.scheduled_s, t.pe_engine, t.de_engine = self.sim.now_s, a.pe_engine, a.de_engine
-        self._assigned = len(entries)
+        if self._keep_decisions:
+            self._assigned = len(entries)
+        else:
+            entries.clear()  # `SimConfig.keep_decisions`; `_assigned` stays 0
         self._do(commands)
 
     # ---- agents --------------------------------------------------------------------------------
