@@ -153,6 +153,24 @@ def test_replay_of_the_event_log_reproduces_messages_and_decisions(mode: str) ->
     assert any(isinstance(e, BatchDecision) for e in replayed.log.entries)
 
 
+@pytest.mark.parametrize("mode", ["dualpath", "oracle"])
+def test_a_driver_that_records_nothing_sends_the_same_and_keeps_nothing(mode: str) -> None:
+    """`record=False` (a server without `--event-log`): the same messages to the nodes and the client,
+    no input event or decision kept once read, the read-token sums whole."""
+    runs = {}
+    for record in (True, False):
+        driver = RuntimeDriver(small_config(mode), record=record)
+        cluster = FakeCluster(driver)
+        _workload(cluster, n=7)
+        cluster.run()
+        runs[record] = (driver, cluster)
+    (kept, kept_cluster), (bare, bare_cluster) = runs[True], runs[False]
+    assert bare_cluster.sent == kept_cluster.sent and bare_cluster.done == kept_cluster.done
+    assert kept.event_log and kept.log.assignments
+    assert bare.event_log == [] and not any(isinstance(e, Assignment) for e in bare.log.entries)
+    assert bare.log.read_tokens() == kept.log.read_tokens()
+
+
 def test_oracle_persists_through_the_cores_commands() -> None:
     """§7.1 Oracle = DualPath with I/O time skipped, not less work: the core sends the same persists as
     in DualPath (a 1-token round's prompt blocks from DRAM, a decoding round's filled blocks from HBM),

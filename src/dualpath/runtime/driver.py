@@ -71,8 +71,13 @@ class _Live:
 
 
 class RuntimeDriver:
-    def __init__(self, config: DriverConfig) -> None:
+    """`record`: keep every input event (`event_log`) and every decision (`log.entries`) for a replay
+    (`serve --event-log`, the tests). Off, the driver keeps only what its live requests need: a server
+    that records nothing would otherwise keep each prompt's token ids and every decision for its life."""
+
+    def __init__(self, config: DriverConfig, *, record: bool = True) -> None:
         self.config = config
+        self.record = record
         p = config.num_prefill_nodes
         d = len(config.node_names) - p
         spec = SchedulerSpec(block_tokens=config.block_tokens)
@@ -142,7 +147,8 @@ class RuntimeDriver:
                  "max_tokens": max_tokens}  # fmt: skip
         if sampling:
             event["sampling"] = copy.deepcopy(sampling)
-        self.event_log.append((now_s, event))
+        if self.record:
+            self.event_log.append((now_s, event))
         self._next_id += 1
         request = Request(
             request_id=rid,
@@ -164,7 +170,8 @@ class RuntimeDriver:
     def handle(self, event: Message, now_s: float) -> Outgoing:
         """One node completion (or a fetch); returns the messages to send now. A node's report about a
         request the core re-planned or abandoned (`node_down`, `cancel`) is stale: it is dropped here."""
-        self.event_log.append((now_s, copy.deepcopy(event)))
+        if self.record:
+            self.event_log.append((now_s, copy.deepcopy(event)))
         handler = self._handlers.get(str(event.get("type")))
         if handler is None:
             raise ValueError(f"unknown driver event {event.get('type')!r}")
@@ -200,10 +207,13 @@ class RuntimeDriver:
     def _fetch(self, event: Message, now_s: float) -> Outgoing:
         commands = self.core.fetch(now_s)
         entries = self.log.entries
-        for a in entries[self._assigned :]:  # the decisions this fetch logged
+        for a in entries[self._assigned :]:  # the decisions logged since the last fetch
             if isinstance(a, Assignment) and a.request_id in self._live:
                 self._live[a.request_id].times["pe_assigned"] = now_s
-        self._assigned = len(entries)
+        if self.record:
+            self._assigned = len(entries)
+        else:
+            entries.clear()  # read once; the log keeps its read-token sums (`DecisionLog`)
         return self._do(commands, now_s)
 
     def _read_done(self, event: Message, now_s: float) -> Outgoing:

@@ -131,7 +131,8 @@ class ClusterScheduler:
         refusal = self.admission_error(*SMALLEST_SERVED_REQUEST)
         if refusal is not None:  # stops `serve` (the control loop ends) with the reason
             raise ClusterConfigError(f"the cluster cannot serve even a default request: {refusal}")
-        self.driver = RuntimeDriver(self.driver_config())
+        # Every event and decision is kept only for `--event-log` (a replay); a server keeps nothing per request.
+        self.driver = RuntimeDriver(self.driver_config(), record=self.event_log_path is not None)
         start = {"type": "start", "mode": self.mode}
         return [(name, start) for name in self.nodes]
 
