@@ -5,8 +5,9 @@ output equals an undisturbed run's. Two runs on fresh stores, the same agents an
 
 1. reference: the agents on an undisturbed cluster; every round's output tokens are recorded;
 2. chaos: the same agents while, in turn,
-   - every `--kill-every` s a random node is killed with SIGKILL, alternating roles (prefill, decode, ...),
-     and once `serve` marks it down it is started again with `dualpath node` (the join details come from
+   - every `--kill-every` s (default: the reference run's agent time ÷ 6, so that a faster runtime meets
+     as many kills as a slower one) a random node is killed with SIGKILL, alternating roles (prefill,
+     decode, ...), and once `serve` marks it down it is started again with `dualpath node` (the join details come from
      /health); a role's node is killed only while another of that role is up (the default cluster is
      2P2D), so some PE and some DE always serve and a 503 "no node up" never has to be sent;
    - every `--corrupt-every` s a random stored block gets 64 random bytes in its middle (its checksum fails:
@@ -24,7 +25,7 @@ error body and Retry-After) is retried after the hint; so are the other outcomes
     hangs       no answer within --timeout s              5xx         answers with status >= 500
     mismatches  completed outputs that differ from the reference run's same agent and round
 
-    python benchmarks/chaos.py [--json] [--agents 12] [--rounds 26] [--kill-every 5] [--seed 0]
+    python benchmarks/chaos.py [--json] [--agents 12] [--rounds 26] [--kill-every S] [--seed 0]
 
 Bounded: servers bind 127.0.0.1 on free ports; every process started here is stopped here by its pid.
 """
@@ -53,6 +54,10 @@ from dualpath.runtime.node_links import DISK_FULL_SWITCH
 
 FAST_LINKS = ("snic_bytes_per_s=400MB/s", "cnic_bytes_per_s=3200MB/s")  # emulated, paced, quick
 _RETRIES = 20  # attempts per round before an agent gives up (never reached in a passing run)
+# Node kills per reference run's agent time: the chaos run (slower, as nodes restart) then sees at least this
+# many at any host or runtime speed. A kill waits while the last killed node is still restarting.
+KILLS_PER_REFERENCE_RUN = 6
+MIN_KILL_EVERY_S = 1.0
 
 
 @dataclass
@@ -284,7 +289,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--first-tokens", type=int, default=96, help="tokens of an agent's first prompt")
     parser.add_argument("--append-tokens", type=int, default=40, help="tokens appended each later round")
     parser.add_argument("--max-tokens", type=int, default=12, help="tokens generated per round (greedy)")
-    parser.add_argument("--kill-every", type=float, default=5.0, help="seconds between node kills")
+    parser.add_argument("--kill-every", type=float, default=None,
+                        help="seconds between node kills (default: the reference run's agent time / 6)")  # fmt: skip
     parser.add_argument("--corrupt-every", type=float, default=1.5, help="seconds between block corruptions")
     parser.add_argument(
         "--disk-full-every", type=float, default=25.0, help="seconds between disk-full spells"
@@ -311,6 +317,8 @@ def main(argv: list[str] | None = None) -> int:
             reference = run_agents(server.url, work, reference_counts, None)
             reference_agents_s = time.monotonic() - agents_started
         reference_s = time.monotonic() - started
+        if args.kill_every is None:  # module doc: a fixed share of the run, not a fixed time
+            args.kill_every = max(MIN_KILL_EVERY_S, reference_agents_s / KILLS_PER_REFERENCE_RUN)
         counts = Counts()
         chaos_started = time.monotonic()
         with _serve(root / "store", args, root / "serve.log") as server:
@@ -339,6 +347,7 @@ def main(argv: list[str] | None = None) -> int:
                 "wall_s": round(reference_s, 1),
                 "agents_s": round(reference_agents_s, 1),
             },  # fmt: skip
+            "kill_every_s": round(args.kill_every, 2),
             "chaos_wall_s": round(time.monotonic() - chaos_started, 1),
             "chaos_agents_s": round(chaos_agents_s, 1),
             "healthy_after": healthy,
