@@ -7,9 +7,10 @@ output equals an undisturbed run's. Two runs on fresh stores, the same agents an
 2. chaos: the same agents while, in turn,
    - every `--kill-every` s (default: the reference run's agent time ÷ 6, so that a faster runtime meets
      as many kills as a slower one) a random node is killed with SIGKILL, alternating roles (prefill,
-     decode, ...), and once `serve` marks it down it is started again with `dualpath node` (the join details come from
-     /health); a role's node is killed only while another of that role is up (the default cluster is
-     2P2D), so some PE and some DE always serve and a 503 "no node up" never has to be sent;
+     decode, ...), and once `serve` marks it down it is started again with `dualpath node` (the join
+     details come from /health); a role's node is killed only while another of that role is up (the
+     default cluster is 2P2D), so some PE and some DE always serve and a 503 "no node up" never has to
+     be sent;
    - every `--corrupt-every` s a random stored block gets 64 random bytes in its middle (its checksum fails:
      the reader recomputes it, the scheduler's index drops it, the request's persist writes it again);
    - every `--disk-full-every` s the store is "full" for `--disk-full-s` s: the nodes honour a switch file in

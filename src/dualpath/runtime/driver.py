@@ -71,9 +71,10 @@ class _Live:
 
 
 class RuntimeDriver:
-    """`record`: keep every input event (`event_log`) and every decision (`log.entries`) for a replay
-    (`serve --event-log`, the tests). Off, the driver keeps only what its live requests need: a server
-    that records nothing would otherwise keep each prompt's token ids and every decision for its life."""
+    """`record`: keep every input event (`event_log`, each prompt's token ids among them) and every
+    decision (`log.entries`) for a replay: the tests, and `serve --event-log`. Off (`serve` without it),
+    the driver keeps only what its live requests need, so a long-lived server holds nothing per finished
+    request."""
 
     def __init__(self, config: DriverConfig, *, record: bool = True) -> None:
         self.config = config
