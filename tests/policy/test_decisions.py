@@ -60,6 +60,21 @@ def test_read_tokens_sum_the_assignments_hits_by_side() -> None:
     log.record(BatchDecision(pe_engine=2, items=(BatchItem(request_id=7, cached_tokens=640, new_tokens=16),)))
     log.record(_assignment(request_id=8, pe_read_tokens=128, de_read_tokens=256))
     assert log.read_tokens() == (192, 256)
-    log.entries.clear()  # a driver that does not keep the decisions (sim `keep_decisions`)
+    log.take_unread(keep=False)  # a driver that keeps nothing: the sums stay whole
     log.record(_assignment(request_id=9, pe_read_tokens=0, de_read_tokens=8))
     assert log.read_tokens() == (192, 264)
+
+
+def test_take_unread_hands_each_decision_out_once_kept_or_dropped() -> None:
+    log = DecisionLog()
+    first, second, third = (_assignment(request_id=i) for i in (1, 2, 3))
+    log.record(first)
+    log.record(second)
+    assert log.take_unread(keep=True) == [first, second] and log.entries == [first, second]
+    assert log.take_unread(keep=True) == []
+    log.record(third)
+    assert log.take_unread(keep=True) == [third] and log.entries == [first, second, third]
+    log.record(first)
+    assert log.take_unread(keep=False) == [first] and log.entries == []
+    log.record(second)
+    assert log.take_unread(keep=False) == [second] and log.entries == []

@@ -77,19 +77,32 @@ Decision = Assignment | BatchDecision
 class DecisionLog:
     """The decisions in order (`entries`), and the hit tokens every assignment put on each read path.
 
-    A driver that need not keep the decisions (a long simulation: 7.8 M assignments and as many batch
-    items at 48P96D) may empty `entries` once it has read them; the read-token sums stay whole.
+    A driver reads what was logged since its last look with `take_unread`; one that need not keep the
+    decisions (a long simulation: 7.8 M assignments and as many batch items at 48P96D; a server that
+    records nothing) drops them there, and the read-token sums stay whole.
     """
 
     entries: list[Decision] = field(default_factory=list)
     pe_read_tokens: int = 0  # Σ over every assignment recorded, kept or not
     de_read_tokens: int = 0
+    unread_from: int = 0  # entries before this index were handed out by `take_unread`
 
     def record(self, decision: Decision) -> None:
         if isinstance(decision, Assignment):
             self.pe_read_tokens += decision.pe_read_tokens
             self.de_read_tokens += decision.de_read_tokens
         self.entries.append(decision)
+
+    def take_unread(self, *, keep: bool) -> list[Decision]:
+        """The decisions logged since the last call, in order. `keep=False` drops them (and any kept before)
+        from `entries`."""
+        unread = self.entries[self.unread_from :]
+        if keep:
+            self.unread_from = len(self.entries)
+        else:
+            self.entries.clear()
+            self.unread_from = 0
+        return unread
 
     @property
     def assignments(self) -> list[Assignment]:

@@ -109,7 +109,6 @@ class RuntimeDriver:
         self._ids = {name: i for i, name in enumerate(config.node_names)}
         self._live: dict[int, _Live] = {}
         self._next_id = 0
-        self._assigned = 0
         self._decode_step = {n: 0 for n in self.core.de_nodes}  # id of the node's latest run
         self._cut_sent = {n: False for n in self.core.de_nodes}  # `decode_cut` sent to the run in flight
         self._down: set[str] = set()
@@ -207,14 +206,9 @@ class RuntimeDriver:
     # ---- events ----------------------------------------------------------------------------------
     def _fetch(self, event: Message, now_s: float) -> Outgoing:
         commands = self.core.fetch(now_s)
-        entries = self.log.entries
-        for a in entries[self._assigned :]:  # the decisions logged since the last fetch
+        for a in self.log.take_unread(keep=self.record):  # logged since the last fetch
             if isinstance(a, Assignment) and a.request_id in self._live:
                 self._live[a.request_id].times["pe_assigned"] = now_s
-        if self.record:
-            self._assigned = len(entries)
-        else:
-            entries.clear()  # read once; the log keeps its read-token sums (`DecisionLog`)
         return self._do(commands, now_s)
 
     def _read_done(self, event: Message, now_s: float) -> Outgoing:

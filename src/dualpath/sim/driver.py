@@ -321,7 +321,6 @@ class Simulation:
         self._attention_busy_times_s: list[float] = []
         self._snic_samples: list[tuple[float, tuple[float, ...]]] = []
         self._snic_next_s = 0.0  # the next window boundary; the first read event samples t = 0
-        self._assigned = 0  # log entries already looked at for assignment times
         self._keep_decisions = config.keep_decisions
         # Early stops fed with each first token, in this order, until one gives a reason to stop.
         self._watches: list[EarlyStopWatch | TtftP90Watch] = []
@@ -362,7 +361,7 @@ class Simulation:
         with held_back_gc():  # speed only (sim/gc_tuning.py)
             self.sim.run(until_s=self.config.duration_s)
         if not self._keep_decisions:
-            self.log.entries.clear()  # the batches logged after the last fetch: none is kept
+            self.log.take_unread(keep=False)  # the batches logged after the last fetch: none is kept
         self._snic_final_sample()
         return SimOutcome(self.agents, self.times, self.sim.now_s, self.sim.events_processed, self.topo,
                           self.log, self.core, self._samples, self._attention_ratios, self.stop_reason,
@@ -444,15 +443,10 @@ class Simulation:
     def _fetch(self) -> None:
         self._fetch_pending = False
         commands = self.core.fetch(self.sim.now_s)
-        entries = self.log.entries
-        for a in entries[self._assigned :]:  # the decisions logged since the last fetch
+        for a in self.log.take_unread(keep=self._keep_decisions):  # logged since the last fetch
             if isinstance(a, Assignment):
                 t = self._times[a.request_id]
                 t.scheduled_s, t.pe_engine, t.de_engine = self.sim.now_s, a.pe_engine, a.de_engine
-        if self._keep_decisions:
-            self._assigned = len(entries)
-        else:
-            entries.clear()  # `SimConfig.keep_decisions`; `_assigned` stays 0
         self._do(commands)
 
     # ---- agents --------------------------------------------------------------------------------
