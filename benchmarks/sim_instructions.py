@@ -13,9 +13,17 @@ The case is `dualpath simulate` of DS-V3.2 on hopper-8x400g, 64K dataset, offlin
 pure-Python run has no `Simulator.run` frame to count from: it is refused) and valgrind (Debian's
 package). To compare two builds, run it once per build, each with its tree first on PYTHONPATH.
 
+`--cache-bytes N` also simulates the caches (callgrind's `--cache-sim`: 32 KiB L1s and a last-level
+cache of N bytes, 16-way, 64-byte lines) and counts the loop's data misses there. A larger cluster's
+loop costs more per event at nearly the same instructions because its live state outgrows the caches
+(benchmarks/README.md); a last level far smaller than the host's lets a small run show the same
+effect, deterministically. The simulated cache is a model (no prefetcher, no hardware's replacement
+policy): compare builds with it, not with the host's times.
+
 Prints a table, or one JSON object with `--json`; appends the row to `--out` (default
 `benchmarks/results/sim_instructions.json`) unless `--out ''`.
-Usage: python benchmarks/sim_instructions.py [--agents 64] [--p 2] [--d 4] [--mode dualpath] [--json] [--out PATH]
+Usage: python benchmarks/sim_instructions.py [--agents 64] [--p 2] [--d 4] [--mode dualpath]
+       [--cache-bytes N] [--json] [--out PATH]
 """
 
 from __future__ import annotations
@@ -44,15 +52,18 @@ def simulate_args(p: int, d: int, agents: int, mode: str) -> list[str]:
     ]  # fmt: skip
 
 
-def collected_instructions(stderr: str) -> int:
-    """The `Collected : N` line callgrind prints at exit (instructions inside the toggled function)."""
-    found = re.findall(r"Collected\s*:\s*(\d+)", stderr)
-    if not found:
-        raise RuntimeError(f"no 'Collected' line in callgrind's output:\n{stderr[-2000:]}")
-    return int(found[-1])
+def collected(stderr: str) -> dict[str, int]:
+    """The `Events : …` and `Collected : …` lines callgrind prints at exit: each event's count inside
+    the toggled function (`Ir`, the instructions; with `--cache-sim` also `DLmr`/`DLmw`, the data reads
+    and writes that missed the last level, and more)."""
+    names = re.findall(r"Events\s*:\s*([A-Za-z0-9 ]+)", stderr)
+    found = re.findall(r"Collected\s*:\s*([\d ]+)", stderr)
+    if not names or not found:
+        raise RuntimeError(f"no 'Events'/'Collected' lines in callgrind's output:\n{stderr[-2000:]}")
+    return dict(zip(names[-1].split(), (int(v) for v in found[-1].split()), strict=True))
 
 
-def count(p: int, d: int, agents: int, mode: str) -> dict[str, Any]:
+def count(p: int, d: int, agents: int, mode: str, cache_bytes: int | None = None) -> dict[str, Any]:
     valgrind = shutil.which("valgrind")
     if valgrind is None:
         raise SystemExit("valgrind not found: `apt-get install valgrind` (Debian's package)")
@@ -60,8 +71,10 @@ def count(p: int, d: int, agents: int, mode: str) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         grind = [valgrind, "--tool=callgrind", f"--callgrind-out-file={tmp}/callgrind.out",
                  f"--toggle-collect={EVENT_LOOP_SYMBOL}"]  # fmt: skip
-        print(f"[sim_instructions] {p}P{d}D {agents} agents {mode} under callgrind (≈ 50× slower than alone)",
-              file=sys.stderr, flush=True)  # fmt: skip
+        if cache_bytes is not None:
+            grind += ["--cache-sim=yes", "--I1=32768,8,64", "--D1=32768,8,64", f"--LL={cache_bytes},16,64"]
+        print(f"[sim_instructions] {p}P{d}D {agents} agents {mode} under callgrind (≈ 50× slower than alone"
+              f"{', ≈ 100× with the caches' if cache_bytes is not None else ''})", file=sys.stderr, flush=True)  # fmt: skip
         started = time.perf_counter()
         # A fixed string-hash seed: with a random one, dict probes (and so the count) vary a little per run.
         env = {**os.environ, "PYTHONHASHSEED": "0"}
@@ -72,9 +85,10 @@ def count(p: int, d: int, agents: int, mode: str) -> dict[str, Any]:
     result = json.loads(done.stdout)
     if not result.get("compiled"):
         raise SystemExit("this is the pure-Python build: only the native build's event loop can be counted")
-    instructions = collected_instructions(done.stderr)
+    counts = collected(done.stderr)
+    instructions = counts["Ir"]
     events, requests = int(result["events"]), int(result["requests"])
-    return {
+    row: dict[str, Any] = {
         "case": f"DS-V3.2 {p}P{d}D 64K {agents} agents offline {mode}",
         "p": p,
         "d": d,
@@ -90,6 +104,12 @@ def count(p: int, d: int, agents: int, mode: str) -> dict[str, Any]:
         "pythonpath": os.environ.get("PYTHONPATH", ""),
         "machine": f"{platform.machine()} {os.cpu_count()} CPUs, CPython {platform.python_version()}",
     }
+    if cache_bytes is not None:
+        row["cache_bytes"] = cache_bytes  # the simulated last level
+        row["ll_read_misses"] = counts["DLmr"]
+        row["ll_write_misses"] = counts["DLmw"]
+        row["ll_misses_per_event"] = (counts["DLmr"] + counts["DLmw"]) / max(1, events)
+    return row
 
 
 def _print(row: dict[str, Any]) -> None:
@@ -98,6 +118,9 @@ def _print(row: dict[str, Any]) -> None:
     )
     print(f"{row['case']:<46} {row['instructions']:15,d} {row['events']:9d} {row['instructions_per_event']:12,.0f} "
           f"{row['instructions_per_request']:14,.0f} {row['jct_s'] or float('nan'):9.1f}")  # fmt: skip
+    if "cache_bytes" in row:
+        print(f"last-level misses in a simulated {row['cache_bytes']:,d}-byte cache: {row['ll_read_misses']:,d} "
+              f"reads, {row['ll_write_misses']:,d} writes, {row['ll_misses_per_event']:.2f} per event")  # fmt: skip
     print(f"{row['machine']}; callgrind took {row['callgrind_wall_s']:.0f} s")
 
 
@@ -107,13 +130,17 @@ def main() -> None:
     ap.add_argument("--p", type=int, default=2)
     ap.add_argument("--d", type=int, default=4)
     ap.add_argument("--mode", default="dualpath")
+    ap.add_argument("--cache-bytes", type=int, default=None,
+                    help="also simulate a last-level cache of this many bytes and count the loop's misses")  # fmt: skip
     ap.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "sim_instructions.json"),
                     help="append the row to this JSON list ('' to skip)")  # fmt: skip
     a = ap.parse_args()
     if a.agents < 1 or a.p < 1 or a.d < 1:
         ap.error("--agents, --p and --d must be >= 1")
-    row = count(a.p, a.d, a.agents, a.mode)
+    if a.cache_bytes is not None and (a.cache_bytes < 65536 or a.cache_bytes & (a.cache_bytes - 1)):
+        ap.error("--cache-bytes must be a power of two of at least 65536 (valgrind's cache geometry)")
+    row = count(a.p, a.d, a.agents, a.mode, a.cache_bytes)
     if a.out:
         path = Path(a.out)
         rows = json.loads(path.read_text()) if path.exists() else []

@@ -30,12 +30,22 @@ def test_reads_the_count_callgrind_prints_at_exit(script: ModuleType) -> None:
         "==4242== Collected : 3694462722\n"
         "==4242== I   refs:      3,694,462,722\n"
     )
-    assert script.collected_instructions(stderr) == 3_694_462_722
+    assert script.collected(stderr) == {"Ir": 3_694_462_722}
+
+
+def test_reads_each_events_count_with_the_caches_simulated(script: ModuleType) -> None:
+    stderr = (
+        "==15712== Events    : Ir Dr Dw I1mr D1mr D1mw ILmr DLmr DLmw\n"
+        "==15712== Collected : 18000093953 4939293487 2750448737 222512398 173268372 70129989 1621914 20650612 12659646\n"
+    )
+    counts = script.collected(stderr)
+    assert counts["Ir"] == 18_000_093_953
+    assert (counts["DLmr"], counts["DLmw"]) == (20_650_612, 12_659_646)
 
 
 def test_no_count_is_an_error_with_callgrinds_output(script: ModuleType) -> None:
     with pytest.raises(RuntimeError, match="valgrind: failed to start"):
-        script.collected_instructions("valgrind: failed to start tool 'callgrind'\n")
+        script.collected("valgrind: failed to start tool 'callgrind'\n")
 
 
 def test_the_simulated_case_is_the_one_asked_for(script: ModuleType) -> None:
@@ -64,3 +74,18 @@ def test_counts_a_tiny_run(script: ModuleType) -> None:
     assert row["events"] > 0 and row["requests"] > 0
     assert row["instructions"] > 1000 * row["events"]  # an event is thousands of instructions, not zero
     assert row["instructions_per_event"] == pytest.approx(row["instructions"] / row["events"])
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind is not installed")
+def test_counts_a_tiny_runs_misses_in_a_small_cache(script: ModuleType) -> None:
+    from dualpath.native import compiled_modules
+
+    if not compiled_modules():
+        pytest.skip("needs the native build")
+    row = script.count(2, 4, 2, "dualpath", cache_bytes=65536)
+    assert row["cache_bytes"] == 65536
+    assert 0 < row["ll_read_misses"] < row["instructions"]
+    assert row["ll_misses_per_event"] == pytest.approx(
+        (row["ll_read_misses"] + row["ll_write_misses"]) / row["events"]
+    )
