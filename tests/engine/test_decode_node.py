@@ -1,4 +1,4 @@
-"""A DE node's event heap: events by (step, request id), runs of any length alike, early finishes."""
+"""A DE node's wheel of next events: events by (step, request id), runs of any length alike, early finishes."""
 
 from __future__ import annotations
 
@@ -108,3 +108,54 @@ def test_a_shortened_request_finishes_with_exactly_its_new_output() -> None:
         b_end = [e for e in node.advance(node.steps_to_next_batch_change()) if e.finished]
     assert b_end[0].request is b and b.generated_tokens == 50 and node.num_running == 0
     node.check_invariants()
+
+
+def test_a_request_shortened_to_a_step_already_run_comes_out_first_at_that_step() -> None:
+    """Its node stopped it inside the run just done: the next run's first event is its last token, with
+    the step it came at, before the events of the steps that run covers; shortened twice, the second
+    step holds."""
+    node = _node()
+    a = Request(request_id=9, trajectory_id=0, round_index=0, prompt_tokens=20, hit_tokens=0, gen_tokens=50,
+                arrival_s=0.0, de_engine=0, generated_tokens=1, persisted_tokens=16)  # fmt: skip
+    b = Request(request_id=2, trajectory_id=0, round_index=0, prompt_tokens=20, hit_tokens=0, gen_tokens=50,
+                arrival_s=0.0, de_engine=1, generated_tokens=1, persisted_tokens=16)  # fmt: skip
+    node.joining += [a, b]
+    node.merge_joiners()
+    node.advance(10)  # second tokens out; both next at their block filling: kv = 20 + g - 1 = 32 at step 12
+    a.gen_tokens = 10
+    node.shorten(a)  # its last token at join + 9 = step 9, already run
+    node.check_invariants()
+    a.gen_tokens = 6
+    node.shorten(a)  # again, earlier still: step 5
+    node.check_invariants()
+    assert node.steps_to_next_event() == 1
+    events = node.advance(2)
+    assert [(e.request.request_id, e.step, e.finished) for e in events] == [(9, 5, True), (2, 12, False)]
+    assert a.generated_tokens == 6 and b.persisted_tokens == 32
+    node.check_invariants()
+
+
+def test_a_record_further_ahead_than_the_wheel_spans_widens_it_and_keeps_the_order() -> None:
+    """A request whose stored prefix runs ahead of its tokens (its next block fills far ahead) widens the
+    wheel; the others' events stay at their steps, in (step, id) order."""
+    rng = random.Random(3)
+    node = _node()
+    requests = [_request(rng, i) for i in range(1, 11)]
+    node.joining += requests
+    node.merge_joiners()
+    node.advance(1)
+    far = Request(request_id=99, trajectory_id=0, round_index=0, prompt_tokens=20, hit_tokens=0,
+                  gen_tokens=500, arrival_s=0.0, de_engine=2, generated_tokens=5,
+                  persisted_tokens=20 + 4 * BLOCK_TOKENS)  # fmt: skip
+    node.joining.append(far)
+    node.merge_joiners()  # next event: its block filling, 76 steps ahead (the wheel spans 16 + 1)
+    node.check_invariants()
+    out: list[tuple[int, int]] = []
+    while node.num_running:
+        events = node.advance(1)
+        out += [(e.step, e.request.request_id) for e in events]
+        node.check_invariants()
+    assert out == sorted(out)
+    far_steps = [s for s, rid in out if rid == 99]
+    # kv = 20 + g - 1 reaches 84 + 16 at g = 81, 76 steps after it joined at step 1; then 112 at step 89.
+    assert far_steps[:2] == [77, 89]

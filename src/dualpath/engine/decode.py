@@ -7,17 +7,25 @@ interest of the run (a second token, a filled Full Block to persist, a last toke
 came at. Runs of any length see the same events.
 
 Requests are tracked lazily against the node's step counter: each running request has one record
-(`_Running`: where it joined, its next event step) in a heap ordered by (next event step, request id),
-so a run costs O(events × log batch), not O(requests), and events come out by (step, request id). The
-heaps are the node's own (`_heap_push`/`_heap_pop`: `heapq`'s algorithm on the entries' integer
-fields): a record goes back after its event instead of a new entry being made, and two keys compare
-without a tuple or a call through `heapq`. `Request.generated_tokens` is brought up to date whenever
-one of its events is processed.
+(`_Running`: where it joined, its next event step), so a run costs O(events), not O(requests), and
+events come out by (step, request id). `Request.generated_tokens` is brought up to date whenever one
+of its events is processed.
+
+NOTE: the records wait on a wheel of slots by step (`_wheel`: slot `step % len(_wheel)`), not in a
+heap. A request's next event is never more than a Full Block of tokens away (its second token, its
+block filling, or its last token, whichever comes first), so every record lies within the wheel's span
+ahead of the node's step, and a slot holds the records of one step only, chained through the records
+themselves (`_Running.next_due`) in request id order. A run takes the slots of its steps in order and
+walks each chain: no comparison with records of other steps, which a heap makes ≈ 2 log2(batch) times
+per event, each a load of another request's record (at hundreds of requests per node and tens of
+thousands cluster-wide, mostly cache misses: benchmarks/README.md), and no list per slot to write
+into. The last tokens stay in a heap (`_finish_heap`): they lie anywhere ahead, and only a run's start
+asks for the first. The heap is the node's own (`_heap_push`/`_heap_pop`: `heapq`'s algorithm on the
+entries' integer fields, no tuple and no call through `heapq` per comparison).
 """
 
 from __future__ import annotations
 
-import heapq
 from dataclasses import dataclass, field
 from typing import TypeVar, final
 
@@ -84,17 +92,14 @@ class DecodeEvent:
 
 @mypyc_attr(acyclic=True)  # ints and a request, never referred back to: in no cycle (as `DecodeEvent`)
 class _Keyed:
-    """An entry of a node's heaps: a step and a request id, ordered by step, then id (unique, so the
-    order is total). The last-token heap holds these; the event heap holds `_Running` records."""
+    """A step and a request id, ordered by step, then id (unique, so the order is total). The last-token
+    heap holds these; the wheel holds `_Running` records."""
 
     __slots__ = ("step", "request_id")
 
     def __init__(self, step: int, request_id: int) -> None:
         self.step = step
         self.request_id = request_id
-
-    def __lt__(self, other: _Keyed) -> bool:
-        return _before(self, other)  # for `heapq.heapify` in `DecodeNode.shorten`
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(step={self.step}, request_id={self.request_id})"
@@ -104,22 +109,25 @@ class _Keyed:
 @mypyc_attr(acyclic=True)
 class _Running(_Keyed):
     """A request in a node's continuous batch: the step it joined at and its tokens then; its `step`
-    is that of its next token of interest (its key in the node's event heap)."""
+    is that of its next token of interest (its slot on the node's wheel)."""
 
-    __slots__ = ("request", "join_step", "gen_at_join")
+    __slots__ = ("request", "join_step", "gen_at_join", "next_due")
 
     def __init__(self, request: Request, join_step: int, gen_at_join: int, step: int) -> None:
         super().__init__(step, request.request_id)
         self.request = request
         self.join_step = join_step
         self.gen_at_join = gen_at_join
+        # The next record of its slot on the wheel (a larger request id), or of `advance`'s list of
+        # records going on; None at a chain's end and off the wheel.
+        self.next_due: _Running | None = None
 
 
 _K = TypeVar("_K", bound=_Keyed)
 
 
 def _before(a: _Keyed, b: _Keyed) -> bool:
-    """Heap order: step, then request id."""
+    """Event order: step, then request id."""
     if a.step != b.step:
         return a.step < b.step
     return a.request_id < b.request_id
@@ -164,6 +172,17 @@ def _heap_pop(heap: list[_K]) -> _K:
     return top
 
 
+def _sort(records: list[_Running]) -> None:
+    """Sort in event order (`_before`) in place: insertion sort, for the few records of `_overdue`."""
+    for i in range(1, len(records)):
+        record = records[i]
+        j = i - 1
+        while j >= 0 and _before(record, records[j]):
+            records[j + 1] = records[j]
+            j -= 1
+        records[j + 1] = record
+
+
 @dataclass
 class DecodeNode:
     node_id: int
@@ -173,10 +192,12 @@ class DecodeNode:
     reserved_tokens: int = 0  # Σ of its engines' reserved_tokens: the group's Σ tok_e, O(1) per fetch
     joining: list[Request] = field(default_factory=list)
     run_steps: int = 0  # steps of the decode run in flight (`ClusterCore.start_decode_run`); 0: none
-    # The running requests by id, in merge order, and the same records as a heap of next events
-    # (module NOTE).
+    # The running requests by id, in merge order, and the same records on the wheel of next events
+    # (module NOTE): each slot the first record of its chain, at most len(_wheel) - 1 steps ahead of
+    # `steps_done`. Records moved to a step already run (`shorten`) wait in `_overdue`.
     _running: dict[int, _Running] = field(default_factory=dict)
-    _due: list[_Running] = field(default_factory=list)
+    _wheel: list[_Running | None] = field(default_factory=list)
+    _overdue: list[_Running] = field(default_factory=list)
     _finish_heap: list[_Keyed] = field(default_factory=list)  # (last-token step, id)
 
     def engine(self, engine_id: int) -> DecodeEngine:
@@ -207,7 +228,7 @@ class DecodeNode:
                 request, self.steps_done, request.generated_tokens, self._next_event_step(request)
             )
             self._running[request.request_id] = running
-            _heap_push(self._due, running)
+            self._put(running)
             last = self.steps_done + max(1, request.gen_tokens - request.generated_tokens)
             _heap_push(self._finish_heap, _Keyed(last, request.request_id))
         self.joining.clear()
@@ -226,8 +247,14 @@ class DecodeNode:
         return e.ctx_base + e.running * self.steps_done
 
     def steps_to_next_event(self) -> int:
-        """Steps until the next token of interest of any request (inspection: the event heap's head)."""
-        return max(1, self._due[0].step - self.steps_done) if self._due else 0
+        """Steps until the next token of interest of any request (inspection: the first filled slot)."""
+        if self._overdue:
+            return 1
+        wheel = self._wheel
+        for ahead in range(1, len(wheel)):
+            if wheel[(self.steps_done + ahead) % len(wheel)] is not None:
+                return ahead
+        return 0
 
     def steps_to_next_batch_change(self) -> int:
         """Steps until a request's last token (the batch shrinks); 0 when nothing runs.
@@ -238,12 +265,44 @@ class DecodeNode:
         return max(1, self._finish_heap[0].step - self.steps_done) if self._finish_heap else 0
 
     def advance(self, steps: int) -> list[DecodeEvent]:
-        self.steps_done += steps
+        start = self.steps_done
+        self.steps_done = end = start + steps
         events: list[DecodeEvent] = []
-        due = self._due
-        # An event's record goes back with a later step (> steps_done): the loop never sees it again.
-        while due and due[0].step <= self.steps_done:
-            events.append(self._process(_heap_pop(due)))
+        # Records that go on are chained in `later` and go back on the wheel once the run's slots are
+        # taken: their next steps lie beyond `end`, and a slot taken in this run could share their residue.
+        later: _Running | None = None
+        overdue = self._overdue
+        if overdue:  # steps at or before `start`: ahead of every record on the wheel
+            _sort(overdue)
+            for running in overdue:
+                event = self._process(running)
+                events.append(event)
+                if not event.finished:
+                    running.next_due = later
+                    later = running
+            overdue.clear()
+        wheel = self._wheel
+        size = len(wheel)
+        for step in range(start + 1, min(end, start + size - 1) + 1):
+            index = step % size
+            record = wheel[index]
+            if record is None:
+                continue
+            wheel[index] = None
+            while record is not None:  # the slot's chain, in request id order
+                following = record.next_due
+                event = self._process(record)
+                events.append(event)
+                if event.finished:
+                    record.next_due = None
+                else:
+                    record.next_due = later
+                    later = record
+                record = following
+        while later is not None:
+            following = later.next_due
+            self._put(later)
+            later = following
         finish = self._finish_heap
         while finish and finish[0].step <= self.steps_done:
             _heap_pop(finish)
@@ -259,13 +318,20 @@ class DecodeNode:
             return
         last = running.join_step + max(0, request.gen_tokens - running.gen_at_join)
         if running.step > last:
+            if running.step > self.steps_done:
+                self._unchain(running)
+            else:  # shortened before, to a step already run
+                self._overdue.remove(running)
             running.step = last
-            heapq.heapify(self._due)  # rare (an early finish): the whole heap, in `_before` order
+            if last > self.steps_done:
+                self._put(running)
+            else:
+                self._overdue.append(running)
         _heap_push(self._finish_heap, _Keyed(last, request.request_id))
 
     def _process(self, running: _Running) -> DecodeEvent:
-        """The event of `running` at its `step` (≤ now): its tokens brought up to date; back into
-        the heap at its next event unless it finished."""
+        """The event of `running` at its `step` (≤ now): its tokens brought up to date, and its `step`
+        moved to its next event's unless it finished."""
         request = running.request
         step = running.step
         before = request.generated_tokens
@@ -286,7 +352,6 @@ class DecodeNode:
             e.ctx_base -= request.prompt_tokens + max(0, running.gen_at_join - 1) - running.join_step
         else:
             running.step = self._next_event_step(request)
-            _heap_push(self._due, running)
         return DecodeEvent(
             request=request,
             step=step,
@@ -295,6 +360,60 @@ class DecodeNode:
             persisted_tokens=request.persisted_tokens,
             finished=finished,
         )
+
+    def _put(self, running: _Running) -> None:
+        """`running` on the wheel at its `step` (after `steps_done`), in its slot's chain by request id.
+        The wheel spans a Full Block of steps and one more (module NOTE), made at the first record and
+        widened if a record lies further ahead (not expected: its tokens would be ahead of its stored
+        blocks by more than a block), its records then put again."""
+        ahead = running.step - self.steps_done
+        if ahead >= len(self._wheel):
+            self._widen(ahead)
+        wheel = self._wheel
+        index = running.step % len(wheel)
+        head = wheel[index]
+        request_id = running.request_id
+        if head is None or request_id < head.request_id:
+            running.next_due = head
+            wheel[index] = running
+            return
+        previous = head
+        following = head.next_due
+        while following is not None and following.request_id < request_id:
+            previous = following
+            following = following.next_due
+        running.next_due = following
+        previous.next_due = running
+
+    def _widen(self, ahead: int) -> None:
+        """A wheel that spans `ahead` steps at least, every record put again."""
+        records = self._chained()
+        self._wheel = [None] * max(self.block_tokens + 1, ahead + 1, 2 * len(self._wheel))
+        for record in records:
+            self._put(record)
+
+    def _unchain(self, running: _Running) -> None:
+        """Take `running` off its slot's chain (an early finish: rare)."""
+        index = running.step % len(self._wheel)
+        record = self._wheel[index]
+        if record is running:
+            self._wheel[index] = running.next_due
+        else:
+            while record is not None and record.next_due is not running:
+                record = record.next_due
+            assert record is not None, f"request {running.request_id} is not on its slot"
+            record.next_due = running.next_due
+        running.next_due = None
+
+    def _chained(self) -> list[_Running]:
+        """Every record on the wheel, slot by slot, each slot's in its chain's order."""
+        records: list[_Running] = []
+        for head in self._wheel:
+            record = head
+            while record is not None:
+                records.append(record)
+                record = record.next_due
+        return records
 
     def _next_event_step(self, request: Request) -> int:
         """Absolute step of the request's next second-token / block-full / last-token event."""
@@ -306,8 +425,20 @@ class DecodeNode:
 
     def check_invariants(self) -> None:
         assert sum(e.running for e in self.engines) == len(self._running)
-        assert sorted(r.request_id for r in self._due) == sorted(self._running)  # one next event each
-        assert all(self._running[r.request_id] is r for r in self._due)
+        chained = self._chained()
+        waiting = self._overdue + chained
+        assert sorted(r.request_id for r in waiting) == sorted(self._running)  # one next event each
+        assert all(self._running[r.request_id] is r for r in waiting)
+        assert all(r.step <= self.steps_done for r in self._overdue)
+        size = len(self._wheel)
+        for index, record in enumerate(self._wheel):  # each slot: one step, within the span, ids rising
+            while record is not None:
+                assert record.step % size == index and 0 < record.step - self.steps_done < size
+                following = record.next_due
+                assert following is None or (
+                    following.step == record.step and following.request_id > record.request_id
+                )
+                record = following
         for e in self.engines:
             assert 0 <= e.reserved_tokens <= max(e.hbm_tokens, e.reserved_tokens)
         assert self.reserved_tokens == sum(e.reserved_tokens for e in self.engines)
