@@ -86,14 +86,21 @@ def test_runs_of_any_length_end_every_request_at_the_same_step() -> None:
             assert all(r.generated_tokens == r.gen_tokens for r in requests)
 
 
-def test_a_shortened_request_finishes_with_exactly_its_new_output() -> None:
+def _two_joined(a_id: int, b_id: int) -> tuple[DecodeNode, Request, Request]:
+    """Two requests of 20 prompt tokens (16 stored) and 50 output tokens, joined at step 0."""
     node = _node()
-    a = Request(request_id=5, trajectory_id=0, round_index=0, prompt_tokens=20, hit_tokens=0, gen_tokens=50,
-                arrival_s=0.0, de_engine=0, generated_tokens=1, persisted_tokens=16)  # fmt: skip
-    b = Request(request_id=3, trajectory_id=0, round_index=0, prompt_tokens=20, hit_tokens=0, gen_tokens=50,
-                arrival_s=0.0, de_engine=1, generated_tokens=1, persisted_tokens=16)  # fmt: skip
+    a, b = (
+        Request(request_id=rid, trajectory_id=0, round_index=0, prompt_tokens=20, hit_tokens=0, gen_tokens=50,
+                arrival_s=0.0, de_engine=engine, generated_tokens=1, persisted_tokens=16)  # fmt: skip
+        for rid, engine in ((a_id, 0), (b_id, 1))
+    )  # fmt: skip
     node.joining += [a, b]
     node.merge_joiners()
+    return node, a, b
+
+
+def test_a_shortened_request_finishes_with_exactly_its_new_output() -> None:
+    node, a, b = _two_joined(5, 3)
     node.advance(5)  # second tokens out; next events at the filled blocks (step 13)
     a.gen_tokens = 8
     node.shorten(a)  # its last token moves before its next event: at join + 7 = step 7
@@ -114,13 +121,7 @@ def test_a_request_shortened_to_a_step_already_run_comes_out_first_at_that_step(
     """Its node stopped it inside the run just done: the next run's first event is its last token, with
     the step it came at, before the events of the steps that run covers; shortened twice, the second
     step holds."""
-    node = _node()
-    a = Request(request_id=9, trajectory_id=0, round_index=0, prompt_tokens=20, hit_tokens=0, gen_tokens=50,
-                arrival_s=0.0, de_engine=0, generated_tokens=1, persisted_tokens=16)  # fmt: skip
-    b = Request(request_id=2, trajectory_id=0, round_index=0, prompt_tokens=20, hit_tokens=0, gen_tokens=50,
-                arrival_s=0.0, de_engine=1, generated_tokens=1, persisted_tokens=16)  # fmt: skip
-    node.joining += [a, b]
-    node.merge_joiners()
+    node, a, b = _two_joined(9, 2)
     node.advance(10)  # second tokens out; both next at their block filling: kv = 20 + g - 1 = 32 at step 12
     a.gen_tokens = 10
     node.shorten(a)  # its last token at join + 9 = step 9, already run
