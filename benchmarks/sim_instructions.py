@@ -74,7 +74,7 @@ def count(p: int, d: int, agents: int, mode: str, cache_bytes: int | None = None
         if cache_bytes is not None:
             grind += ["--cache-sim=yes", "--I1=32768,8,64", "--D1=32768,8,64", f"--LL={cache_bytes},16,64"]
         print(f"[sim_instructions] {p}P{d}D {agents} agents {mode} under callgrind (≈ 50× slower than alone"
-              f"{', ≈ 100× with the caches' if cache_bytes is not None else ''})", file=sys.stderr, flush=True)  # fmt: skip
+              f"{', ≈ 120× with the caches' if cache_bytes is not None else ''})", file=sys.stderr, flush=True)  # fmt: skip
         started = time.perf_counter()
         # A fixed string-hash seed: with a random one, dict probes (and so the count) vary a little per run.
         env = {**os.environ, "PYTHONHASHSEED": "0"}
