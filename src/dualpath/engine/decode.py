@@ -27,7 +27,7 @@ entries' integer fields, no tuple and no call through `heapq` per comparison).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TypeVar, final
+from typing import final
 
 from mypy_extensions import mypyc_attr
 
@@ -123,9 +123,6 @@ class _Running(_Keyed):
         self.next_due: _Running | None = None
 
 
-_K = TypeVar("_K", bound=_Keyed)
-
-
 def _before(a: _Keyed, b: _Keyed) -> bool:
     """Event order: step, then request id."""
     if a.step != b.step:
@@ -133,7 +130,7 @@ def _before(a: _Keyed, b: _Keyed) -> bool:
     return a.request_id < b.request_id
 
 
-def _sift_up(heap: list[_K], pos: int, entry: _K) -> None:
+def _sift_up(heap: list[_Keyed], pos: int, entry: _Keyed) -> None:
     """Put `entry` at `pos` or above it, moving the later parents down (as `kernel._sift_up`, whose
     entries are the kernel's events: each heap compares its own type's fields unboxed)."""
     while pos > 0:
@@ -146,13 +143,13 @@ def _sift_up(heap: list[_K], pos: int, entry: _K) -> None:
     heap[pos] = entry
 
 
-def _heap_push(heap: list[_K], entry: _K) -> None:
+def _heap_push(heap: list[_Keyed], entry: _Keyed) -> None:
     """`heapq.heappush` with `_before`: the new entry up from the bottom."""
     heap.append(entry)
     _sift_up(heap, len(heap) - 1, entry)
 
 
-def _heap_pop(heap: list[_K]) -> _K:
+def _heap_pop(heap: list[_Keyed]) -> _Keyed:
     """`heapq.heappop` with `_before` (the hole down to a leaf, the last entry up from there)."""
     last = heap.pop()
     if not heap:
@@ -275,11 +272,7 @@ class DecodeNode:
         if overdue:  # steps at or before `start`: ahead of every record on the wheel
             _sort(overdue)
             for running in overdue:
-                event = self._process(running)
-                events.append(event)
-                if not event.finished:
-                    running.next_due = later
-                    later = running
+                later = self._take(running, events, later)
             overdue.clear()
         wheel = self._wheel
         size = len(wheel)
@@ -291,13 +284,7 @@ class DecodeNode:
             wheel[index] = None
             while record is not None:  # the slot's chain, in request id order
                 following = record.next_due
-                event = self._process(record)
-                events.append(event)
-                if event.finished:
-                    record.next_due = None
-                else:
-                    record.next_due = later
-                    later = record
+                later = self._take(record, events, later)
                 record = following
         while later is not None:
             following = later.next_due
@@ -328,6 +315,17 @@ class DecodeNode:
             else:
                 self._overdue.append(running)
         _heap_push(self._finish_heap, _Keyed(last, request.request_id))
+
+    def _take(self, running: _Running, events: list[DecodeEvent], later: _Running | None) -> _Running | None:
+        """`running`'s event into `events`; the chain of records going on (`later`), with it in front
+        unless it finished."""
+        event = self._process(running)
+        events.append(event)
+        if event.finished:
+            running.next_due = None
+            return later
+        running.next_due = later
+        return running
 
     def _process(self, running: _Running) -> DecodeEvent:
         """The event of `running` at its `step` (≤ now): its tokens brought up to date, and its `step`
