@@ -344,9 +344,9 @@ def set_bottleneck(g: FlowGroup, link: Link | None) -> None:
     if old is link:
         return
     if old is not None:
-        del old.bottlenecked[g]
+        old.bottlenecked.remove(g)
     if link is not None:
-        link.bottlenecked[g] = None
+        link.bottlenecked.append(g)
     g.bottleneck = link
 
 
