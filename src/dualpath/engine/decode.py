@@ -29,7 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import final
 
-from mypy_extensions import mypyc_attr
+from mypy_extensions import i64, mypyc_attr
 
 from dualpath.records import fields_repr
 from dualpath.request import Request
@@ -130,7 +130,7 @@ def _before(a: _Keyed, b: _Keyed) -> bool:
     return a.request_id < b.request_id
 
 
-def _sift_up(heap: list[_Keyed], pos: int, entry: _Keyed) -> None:
+def _sift_up(heap: list[_Keyed], pos: i64, entry: _Keyed) -> None:
     """Put `entry` at `pos` or above it, moving the later parents down (as `kernel._sift_up`, whose
     entries are the kernel's events: each heap compares its own type's fields unboxed)."""
     while pos > 0:
@@ -155,9 +155,9 @@ def _heap_pop(heap: list[_Keyed]) -> _Keyed:
     if not heap:
         return last
     top = heap[0]
-    end = len(heap)
-    pos = 0
-    child = 1
+    end: i64 = len(heap)  # native ints (`i64`): the index arithmetic compiles to plain C
+    pos: i64 = 0
+    child: i64 = 1
     while child < end:
         right = child + 1
         if right < end and not _before(heap[child], heap[right]):

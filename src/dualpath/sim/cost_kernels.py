@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Final
 
+from mypy_extensions import i64
+
 # A compiled constant: `math.log2` through the module is two dict lookups per call (three calls per `at`).
 _log2: Final = math.log2
 
@@ -59,7 +61,8 @@ class Curve:
             return values[0]
         if size >= sizes[-1]:
             return values[-1]
-        lo, hi = 0, len(sizes) - 1
+        lo: i64 = 0  # native ints: the bisection's index arithmetic in plain C
+        hi: i64 = len(sizes) - 1
         while hi - lo > 1:  # bisection: curves have tens of points
             mid = (lo + hi) // 2
             if sizes[mid] <= size:

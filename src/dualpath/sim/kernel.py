@@ -33,7 +33,7 @@ import heapq
 from collections.abc import Callable
 from typing import Any, Final, final
 
-from mypy_extensions import mypyc_attr
+from mypy_extensions import i64, mypyc_attr
 
 
 # The loop frees the entry it ran once the callback returns, and the next callbacks make new ones: a
@@ -85,7 +85,7 @@ def _earlier(a: Event, b: Event) -> bool:
     return a.seq < b.seq
 
 
-def _sift_up(heap: list[Event], pos: int, entry: Event) -> None:
+def _sift_up(heap: list[Event], pos: i64, entry: Event) -> None:
     """Put `entry` at `pos` or above it, moving the later parents down (`heapq`'s `_siftdown`)."""
     while pos > 0:
         parent_pos = (pos - 1) >> 1
@@ -110,9 +110,9 @@ def _heap_pop(heap: list[Event]) -> Event:
     if not heap:
         return last
     top = heap[0]
-    end = len(heap)
-    pos = 0
-    child = 1
+    end: i64 = len(heap)  # native ints (`i64`): the index arithmetic compiles to plain C
+    pos: i64 = 0
+    child: i64 = 1
     while child < end:
         right = child + 1
         if right < end and not _earlier(heap[child], heap[right]):

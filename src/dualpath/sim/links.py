@@ -35,7 +35,7 @@ from collections.abc import Callable, Sequence
 from enum import IntEnum
 from typing import Any, Final
 
-from mypy_extensions import mypyc_attr
+from mypy_extensions import i64, mypyc_attr
 
 from dualpath.sim.kernel import EventHandle, Simulator
 from dualpath.sim.links_fill import (
@@ -120,18 +120,18 @@ class Link:
         self.fill_count = 0
         self.fill_residual = 0.0
         self.fill_members: list[FlowGroup] = []
-        self.fill_len = 0
-        self.fill_order = 0
+        self.fill_len: i64 = 0
+        self.fill_order: i64 = 0
         # Scratch of `links_fill.find_violations` (reset when it returns): crossed by a re-filled group,
         # its load with the new rates, saturated (0 unknown, 1 no, 2 yes), its largest rate (< 0 unknown).
         self.vio_new = False
         self.vio_load = 0.0
-        self.vio_sat = 0
+        self.vio_sat: i64 = 0
         self.vio_top = -1.0
         # Of a rate update (`links_fill.was_saturated`): saturated before this instant's changes, recorded
         # for the update numbered `sat_update` (a record of an earlier update is stale; 0: none yet).
         self.sat_before = False
-        self.sat_update = 0
+        self.sat_update: i64 = 0
         self._last_s = 0.0
         self._bytes_high = 0.0
         self._bytes_low = 0.0
@@ -238,7 +238,7 @@ class Flow:
         self.active = False
         self._group: FlowGroup | None = None
         self._tag = 0.0  # finish tag on its group's virtual clock
-        self._seq = 0  # when it joined its group (`LinkNetwork._seq`): the tie-break of equal tags
+        self._seq: i64 = 0  # when it joined its group (`LinkNetwork._seq`): the tie-break of equal tags
         self._remaining = float(size_bytes)  # while not active
         self._handle: EventHandle | None = None  # latency / zero-byte event
 
@@ -310,16 +310,16 @@ class LinkNetwork:
         # key tuple made and dropped per flow.
         self._high_groups: dict[tuple[Link, ...], FlowGroup] = {}
         self._low_groups: dict[tuple[Link, ...], FlowGroup] = {}
-        self._num_high = 0  # active flows per class: the fast path needs one class only
-        self._num_low = 0
+        self._num_high: i64 = 0  # active flows per class: the fast path needs one class only
+        self._num_low: i64 = 0
         self._was_mixed = False
-        self._seq = 0
+        self._seq: i64 = 0
         # The groups changed this instant (`FlowGroup.dirty`), in order: the first `_num_dirty` of the
         # list, whose slots stay for the next instant (`links_fill.put_at`).
         self._dirty_groups: list[FlowGroup] = []
-        self._num_dirty = 0
+        self._num_dirty: i64 = 0
         # The pending rate update's number (from 1): stamps the links' `sat_before` records of it.
-        self._update_number = 1
+        self._update_number: i64 = 1
         self._update_pending = False
         # The bound methods handed to the kernel, made once (not one method object per event).
         self._group_due_callback: Callable[[FlowGroup], None] = self._group_due
@@ -541,7 +541,7 @@ class LinkNetwork:
         self._apply(refilled, dirty, n)
         self._num_dirty = 0
 
-    def _incremental(self, dirty: list[FlowGroup], num_dirty: int) -> list[FlowGroup]:
+    def _incremental(self, dirty: list[FlowGroup], num_dirty: i64) -> list[FlowGroup]:
         """NOTE: single-class max-min, re-filling only the groups a change can reach.
 
             refilled = dirty groups + the groups bottlenecked on their links (saturated, fastest there)
@@ -613,7 +613,7 @@ class LinkNetwork:
             g.fill_rate = r
         return list(rates)
 
-    def _apply(self, refilled: list[FlowGroup], dirty: list[FlowGroup], num_dirty: int) -> None:
+    def _apply(self, refilled: list[FlowGroup], dirty: list[FlowGroup], num_dirty: i64) -> None:
         """Set the re-filled groups' new rates, their `fill_rate` (links settle their bytes first), and
         move the completion events of those and of the first `num_dirty` groups of `dirty`."""
         now_s = self.sim.now_s

@@ -19,7 +19,7 @@ import heapq
 import math
 from typing import TYPE_CHECKING, Final, final
 
-from mypy_extensions import mypyc_attr
+from mypy_extensions import i64, mypyc_attr
 
 if TYPE_CHECKING:
     from dualpath.sim.kernel import EventHandle
@@ -110,7 +110,7 @@ class FlowGroup:
         return heap[0] if heap else None
 
 
-def put_at(items: list[FlowGroup], index: int, group: FlowGroup) -> None:
+def put_at(items: list[FlowGroup], index: i64, group: FlowGroup) -> None:
     """`items[index] = group` for a scratch list that keeps its slots between uses, its caller counting
     the live ones: the list grows by one when `index` is its length. (`list.clear()` would free the
     storage, and the next append allocate it again.)"""
@@ -384,7 +384,7 @@ def bottlenecked_on(link: Link, into: list[FlowGroup]) -> None:
             into.append(g)
 
 
-def was_saturated(link: Link, update: int) -> bool:
+def was_saturated(link: Link, update: i64) -> bool:
     """Whether `link` was saturated before this instant's changes: recorded when a group crossing it first
     changed (`LinkNetwork._mark_dirty`), else its load now (a link no changed group crosses has not
     changed yet), remembered in `link.sat_before` for the rest of rate update number `update`.
@@ -400,7 +400,7 @@ def was_saturated(link: Link, update: int) -> bool:
     return saturated
 
 
-def find_violations(refilled: list[FlowGroup], update: int) -> list[FlowGroup]:
+def find_violations(refilled: list[FlowGroup], update: i64) -> list[FlowGroup]:
     """Groups to add to `refilled` so that re-filling can restore the bottleneck condition (empty: none),
     in the order found. The re-filled groups (`refill` set) have their new rates in `fill_rate` (`fill`
     over `refilled`).
