@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Final, Protocol
 
 import numpy as np
+from mypy_extensions import mypyc_attr
 
 from dualpath.architecture import arch
 from dualpath.config.specs import ClusterSpec
@@ -120,6 +121,7 @@ _REQUEST_TIMES_FIELDS = (
 )  # slots and repr
 
 
+@mypyc_attr(acyclic=True)  # plain numbers only: in no reference cycle (docs/simulator-native.md)
 class RequestTimes:
     """One request's milestones (NaN: not reached), kept to the end of a run (≈8 M at 48P96D).
 
