@@ -107,8 +107,8 @@ class Link:
         self.latency_s = float(latency_s)
         self.num_flows = 0  # active flows now
         # Flow groups crossing it, in the order they joined; groups whose remembered bottleneck it is. Lists,
-        # not dicts: a link holds a few groups (at most 7 on a 48P96D run), so a removal's scan is shorter
-        # than a hash lookup, and the fill's loops over them index an array instead of walking dict entries.
+        # not dicts: a link holds a few groups at a time (7 at most in mid-run censuses of 12P24D and 48P96D),
+        # so a removal's scan is short, and the fill's loops over them index an array, not dict entries.
         self.groups: list[FlowGroup] = []
         self.bottlenecked: list[FlowGroup] = []
         self.rate_high = 0.0
