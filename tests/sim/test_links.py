@@ -6,7 +6,7 @@ import pytest
 
 from dualpath.sim.kernel import Simulator
 from dualpath.sim.links import LinkNetwork, TrafficClass, resample_utilisation
-from dualpath.sim.links_fill import FlowGroup
+from dualpath.sim.links_fill import FREE_SLOT, FlowGroup
 
 GB = 1e9
 HIGH, LOW = TrafficClass.HIGH, TrafficClass.LOW
@@ -210,6 +210,24 @@ def test_a_path_emptied_and_joined_in_one_instant_starts_afresh() -> None:
     net.start_flow(3.3 * GB + 0.37, path, LOW, then_b)
     sim.run()
     assert fin["b"] == _alone(fin["a"], 7.7 * GB + 0.123, caps)
+
+
+def test_the_rate_updates_scratch_lists_hold_no_group_between_updates() -> None:
+    # `links_fill.free_slots`: between updates, the slots of a link's fill list and of the network's
+    # dirty list hold the placeholder, not groups of past updates (releasing a long-gone group at the
+    # slot's next use was a cache miss on a large cluster). Parking lot: fills of several groups.
+    sim, net, fin = make_net()
+    a, b = net.add_link("a", 10 * GB), net.add_link("b", 6 * GB)
+    net.start_flow(9 * GB, [a, b], LOW, done_at, sim, fin, "ab")
+    net.start_flow(7 * GB, [a], LOW, done_at, sim, fin, "a")
+    sim.schedule(0.3, lambda: net.start_flow(5 * GB, [b], LOW, done_at, sim, fin, "b"))
+    sim.run(until_s=0.5)
+    used = [g for link in (a, b) for g in link.fill_members]
+    assert used and all(g is FREE_SLOT for g in used)
+    assert net._dirty_groups and all(g is FREE_SLOT for g in net._dirty_groups)  # noqa: SLF001
+    sim.run()
+    assert set(fin) == {"ab", "a", "b"}
+    assert all(g is FREE_SLOT for link in (a, b) for g in link.fill_members)
 
 
 def test_utilisation_record_and_resampling() -> None:

@@ -43,6 +43,7 @@ from dualpath.sim.links_fill import (
     bottlenecked_on,
     fill,
     find_violations,
+    free_slots,
     put_at,
     set_bottleneck,
     was_saturated,
@@ -539,6 +540,7 @@ class LinkNetwork:
             self.recomputes += 1
         self._update_number += 1  # this update's `sat_before` records are stale from now on
         self._apply(refilled, dirty, n)
+        free_slots(dirty, n)  # while these groups are in cache (`links_fill.free_slots`)
         self._num_dirty = 0
 
     def _incremental(self, dirty: list[FlowGroup], num_dirty: i64) -> list[FlowGroup]:

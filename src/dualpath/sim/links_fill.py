@@ -113,11 +113,27 @@ class FlowGroup:
 def put_at(items: list[FlowGroup], index: i64, group: FlowGroup) -> None:
     """`items[index] = group` for a scratch list that keeps its slots between uses, its caller counting
     the live ones: the list grows by one when `index` is its length. (`list.clear()` would free the
-    storage, and the next append allocate it again.)"""
+    storage, and the next append allocate it again.) Its caller frees the slots it used (`free_slots`)."""
     if index < len(items):
         items[index] = group
     else:
         items.append(group)
+
+
+# What a scratch list's slot holds between uses (`free_slots`): a placeholder, never a group of the network.
+FREE_SLOT: Final = FlowGroup((), False, 0.0)
+
+
+def free_slots(items: list[FlowGroup], count: i64) -> None:
+    """Put `FREE_SLOT` in the first `count` slots, at the end of their use.
+
+    NOTE: writing a slot releases what it held. Freed at the end of their use, while those groups are
+    in cache, the slots release only the placeholder at their next use; left as they were, the next use
+    released a group of an update long past, on a large cluster far from any cache: each such write was
+    a cache miss (at 48P96D half of `fill`'s own time, benchmarks/README.md).
+    """
+    for i in range(count):
+        items[i] = FREE_SLOT
 
 
 def fill(
@@ -201,6 +217,7 @@ def fill(
                 break
             _freeze(bottleneck, best if best > 0.0 else 0.0, frozen, frozen_at, None)
     for link in order:
+        free_slots(link.fill_members, link.fill_len)
         link.fill_len = 0
     for g in frozen:
         g.fill_frozen = False
