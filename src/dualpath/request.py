@@ -14,7 +14,7 @@ Token accounting of one request::
 from __future__ import annotations
 
 import enum
-from typing import Final
+from typing import Final, final
 
 from mypy_extensions import mypyc_attr
 
@@ -58,6 +58,9 @@ _FIELDS = (
 
 # `Request.dram_holds` before the request's KV reached its DE buffer, and once the buffer is released.
 NO_DRAM_HOLD: Final = -1
+# `RequestsById` drops the slots of gone ids from its front once they are at least this many and half
+# its list (a memmove of the rest, so not for every request that leaves).
+TRIM_MIN_SLOTS: Final = 1024
 
 
 def hit_tokens_for(persisted_tokens: int, prompt_tokens: int, block_tokens: int) -> int:
@@ -161,3 +164,93 @@ class Request:
     @property
     def is_prefilled(self) -> bool:
         return self.computed_tokens >= self.miss_tokens
+
+
+@final
+class RequestsById:
+    """Live requests by id, for ids given in increasing order (the core's table of its requests).
+
+    NOTE: both drivers number requests 0, 1, 2, ... as they make them (a continuation after a failure
+    is a new request with a new id), so a list indexed by id holds them in the order they came, the
+    order a dict keeps, without a dict's lookup: an id above 256 is a new int object at every lookup,
+    which a dict finds through its index, its entry and the stored key object it compares by value,
+    three places in memory where a list has one (on a large cluster's tens of thousands of live
+    requests, each is a cache miss: benchmarks/README.md). The slots of the ids below the oldest live
+    one leave the front once they are half the list, so the list spans about the live ids only.
+    """
+
+    __slots__ = ("_slots", "_base", "_head", "_count")
+
+    def __init__(self) -> None:
+        self._slots: list[Request | None] = []
+        self._base = 0  # the id of `_slots[0]`
+        self._head = 0  # no live request below this slot
+        self._count = 0
+
+    def add(self, request: Request) -> None:
+        slots = self._slots
+        index = request.request_id - self._base
+        if index < len(slots):
+            raise ValueError(
+                f"request id {request.request_id} after {self._base + len(slots) - 1}: ids must increase"
+            )
+        while len(slots) < index:  # ids skipped (never given): empty slots
+            slots.append(None)
+        slots.append(request)
+        self._count += 1
+
+    def get(self, request_id: int) -> Request | None:
+        """The live request with this id; None if there is none."""
+        index = request_id - self._base
+        if index < self._head or index >= len(self._slots):
+            return None
+        return self._slots[index]
+
+    def at(self, request_id: int) -> Request:
+        """The live request with this id (KeyError if there is none)."""
+        request = self.get(request_id)
+        if request is None:
+            raise KeyError(request_id)
+        return request
+
+    def pop(self, request_id: int) -> Request | None:
+        """Remove and return the live request with this id; None if there is none."""
+        request = self.get(request_id)
+        if request is None:
+            return None
+        index = request_id - self._base
+        self._slots[index] = None
+        self._count -= 1
+        if index == self._head:
+            self._trim()
+        return request
+
+    def _trim(self) -> None:
+        """Past the empty slots at the front; drop them once they are half the list (amortised O(1))."""
+        slots = self._slots
+        head, n = self._head, len(slots)
+        while head < n and slots[head] is None:
+            head += 1
+        if head >= TRIM_MIN_SLOTS and 2 * head >= n:
+            del slots[:head]
+            self._base += head
+            head = 0
+        self._head = head
+
+    def values(self) -> list[Request]:
+        """The live requests in id order (the order they were added), as a new list."""
+        out: list[Request] = []
+        slots = self._slots
+        for i in range(self._head, len(slots)):
+            request = slots[i]
+            if request is not None:
+                out.append(request)
+        return out
+
+    @property
+    def capacity(self) -> int:
+        """Slots held: about the span of the live ids (tests)."""
+        return len(self._slots)
+
+    def __len__(self) -> int:
+        return self._count

@@ -55,7 +55,7 @@ from dualpath.policy.pe_assign import overloaded
 from dualpath.policy.read_path import make_read_path_policy
 from dualpath.policy.scheduler import RequestScheduler
 from dualpath.policy.types import EngineLoad
-from dualpath.request import NO_DRAM_HOLD, Phase, Request
+from dualpath.request import NO_DRAM_HOLD, Phase, Request, RequestsById
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -140,7 +140,8 @@ class ClusterCore:
         ]
         # Landings waiting for a DE node's buffer (a PE node's queue stays empty).
         self._landing_wait: list[deque[Request]] = [deque() for _ in range(p + d)]
-        self._active: dict[int, Request] = {}  # submitted and not yet forgotten
+        # Submitted and not yet forgotten, by id: both drivers give ids in increasing order.
+        self._active = RequestsById()
         self._early_ends: dict[int, int] = {}  # request -> output tokens, ended before its DE placement
         self._fetches = 0
         self._fetch_wanted = False  # `wants_fetch`
@@ -176,7 +177,8 @@ class ClusterCore:
         return self._fetch_wanted and self.scheduler.waiting > 0
 
     def submit(self, request: Request, now_s: float) -> list[Command]:
-        self._active[request.request_id] = request
+        """A new request (ids increase from one submit to the next: `RequestsById`)."""
+        self._active.add(request)
         self.scheduler.submit(request)
         self._fetch_wanted = True
         return []
@@ -323,7 +325,7 @@ class ClusterCore:
         return reports
 
     def _on_assigned(self, a: Assignment) -> list[Command]:
-        request = self._active[a.request_id]
+        request = self._active.at(a.request_id)
         if self.down and (
             self.node_of_engine(a.pe_engine) in self.down or self.node_of_engine(a.de_engine) in self.down
         ):
@@ -370,7 +372,7 @@ class ClusterCore:
             wait.popleft()
             out += self._make_ready(request)
         for part in self.readers[node_id].admit(pool):
-            request = self._active[part.request_id]
+            request = self._active.at(part.request_id)
             request.phase = Phase.READING
             pe_side, start_tokens = self._read_part_start(request, node_id)
             out.append(
@@ -721,7 +723,7 @@ class ClusterCore:
     def _maybe_forget(self, request: Request) -> None:
         if request.phase is Phase.DONE and not request.persists_in_flight and request.dram_holds <= 0:
             request.dram_holds = NO_DRAM_HOLD
-            self._active.pop(request.request_id, None)
+            self._active.pop(request.request_id)
 
     def on_persist_done(self, request_id: int, from_hbm: bool, now_s: float) -> list[Command]:
         request = self._active.get(request_id)  # one lookup: None when re-planned meanwhile
@@ -751,7 +753,7 @@ class ClusterCore:
         self._fetch_wanted = True
         out: list[Command] = []
         replan: list[RequestView] = []
-        for request in list(self._active.values()):
+        for request in self._active.values():
             if not self._touches(request, node_id):
                 continue
             if request.phase is Phase.DONE:
@@ -810,7 +812,7 @@ class ClusterCore:
         """Take the request out of every book (queues, reads, buffers, PE and DE accounting); returns
         what the freed space lets start on the nodes that are up."""
         rid = request.request_id
-        self._active.pop(rid, None)
+        self._active.pop(rid)
         self._fetch_wanted = True  # what it held (tok_e, HBM, queue places) is free
         self._early_ends.pop(rid, None)
         request.persists_in_flight = 0
