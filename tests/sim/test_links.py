@@ -164,10 +164,8 @@ def _alone(start_s: float, size_bytes: float, caps: tuple[float, float]) -> floa
 
 
 def test_a_path_whose_flows_ended_starts_afresh_later() -> None:
-    # The network keeps an emptied path's group and restarts it: a later flow there must finish at
-    # exactly the time a new network gives it. (A restart that left the old rate or clock would still
-    # pass here: the next rate update overwrites both; `test_a_restarted_group_is_a_new_group` checks
-    # the reset itself, field by field.)
+    # The network drops an emptied path's group; the path's next flow makes a new one and must finish
+    # at exactly the time a new network gives it.
     caps = (7.3 * GB, 11.9 * GB)
     sim, net, fin = make_net()
     path = [net.add_link("l1", caps[0]), net.add_link("l2", caps[1])]
@@ -181,21 +179,30 @@ def test_a_path_whose_flows_ended_starts_afresh_later() -> None:
     assert not path[0].groups and path[0].num_flows == 0 and path[0].rate_bytes_per_s == 0.0  # off its links
 
 
-def test_a_restarted_group_is_a_new_group() -> None:
-    # Every field `__init__` sets, including any added later, must be reset by `restart`.
+def test_the_network_holds_only_groups_with_flows() -> None:
+    # An emptied group leaves the network (a large cluster has tens of thousands of paths, a few
+    # hundred active at a time); the path's next flow gets a group of its own, in the state a new one has.
     sim, net, _ = make_net()
     path = (net.add_link("l1", GB), net.add_link("l2", GB))
-    group = FlowGroup(path, False, 0.0)
-    flow = net.start_flow(GB, list(path), LOW, lambda: None)
-    group.rate, group.vtime_bytes, group.last_s, group.heap = 3.0, 4.0, 1.0, [flow]
-    group.handle, group.handle_tag = sim.schedule(1.0, lambda: None), 5.0
-    group.bottleneck, group.fill_frozen, group.fill_rate, group.dirty = path[0], True, 6.0, True
-    group.restart(2.0)
-    new = FlowGroup(path, False, 2.0)
+    other = (net.add_link("l3", GB),)
+    a = net.start_flow(GB, path, LOW, lambda: None)
+    b = net.start_flow(GB, other, HIGH, lambda: None)
+    assert net.num_groups == 2
+    sim.run(until_s=0.5)
+    net.abort_flow(a)
+    assert net.num_groups == 1 and a._group is not None and a._group.num_flows == 0
+    sim.run()
+    assert b.done and net.num_groups == 0
+    old = a._group
+    c = net.start_flow(GB, path, LOW, lambda: None)
+    assert c._group is not old and c._group is not None
+    new = FlowGroup(path, False, sim.now_s)
     fields = [n for n in dir(new) if not n.startswith("__") and not callable(getattr(new, n))]
     assert len(fields) >= 13  # the slots (a compiled class has no `__slots__` to read)
     for name in fields:
-        assert getattr(group, name) == getattr(new, name), name
+        if name not in ("num_flows", "heap", "dirty", "path"):  # the join's own changes
+            assert getattr(c._group, name) == getattr(new, name), name
+    assert c._group.num_flows == 1 and c._group.heap == [c] and c._group.path == path
 
 
 def test_a_path_emptied_and_joined_in_one_instant_starts_afresh() -> None:

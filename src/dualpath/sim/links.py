@@ -305,10 +305,12 @@ class LinkNetwork:
         self.flows_started = 0
         self.flows_completed = 0
         self.recomputes = 0
-        # The flow group of each path, per class, keyed by the path tuple itself (the driver passes one
-        # tuple per path, so a lookup hashes it and matches it by identity). An emptied group stays
-        # here, off its links, and restarts when a flow joins its path again: no group object, heap and
-        # key tuple made and dropped per flow.
+        # The flow group of each path with active flows, per class, keyed by the path tuple itself (the
+        # driver passes one tuple per path, so a lookup hashes it and matches it by identity). An emptied
+        # group leaves (`_detach`) and the path's next flow makes a new one: a large cluster has tens of
+        # thousands of paths (one per PE GPU and DE node pair and direction) but a few hundred active at a
+        # time, and kept groups made these dicts and the groups themselves memory that every flow's
+        # start missed in (benchmarks/README.md); a freed group's memory is reused, warm, by the next.
         self._high_groups: dict[tuple[Link, ...], FlowGroup] = {}
         self._low_groups: dict[tuple[Link, ...], FlowGroup] = {}
         self._num_high: i64 = 0  # active flows per class: the fast path needs one class only
@@ -325,6 +327,11 @@ class LinkNetwork:
         # The bound methods handed to the kernel, made once (not one method object per event).
         self._group_due_callback: Callable[[FlowGroup], None] = self._group_due
         self._update_callback: Callable[[], None] = self._update_rates
+
+    @property
+    def num_groups(self) -> int:
+        """Flow groups with active flows (one per class and path)."""
+        return len(self._high_groups) + len(self._low_groups)
 
     def add_link(
         self, name: str, capacity_bytes_per_s: float, *, latency_s: float = 0.0, record: bool = False
@@ -387,13 +394,8 @@ class LinkNetwork:
         path = flow.path
         groups = self._high_groups if high else self._low_groups
         group = groups.get(path)
-        if group is None or (group.num_flows == 0 and group.dirty):
-            # New, or emptied in this instant: that one stays in this instant's update as it is, and the
-            # path gets a new group, as if the emptied one had been dropped.
+        if group is None:  # a new group, onto its links at the end of each link's order
             group = groups[path] = FlowGroup(path, high, now_s)
-        elif group.num_flows == 0:
-            group.restart(now_s)  # emptied in an earlier instant: the state of a new group
-        if group.num_flows == 0:  # new or restarted: onto its links, at the end of each link's order
             for link in path:
                 link.groups.append(group)
         self._mark_dirty(group)
@@ -460,7 +462,10 @@ class LinkNetwork:
                 link.rate_low -= rate
             if link._record is not None:
                 link._note_rate(now_s)
-        if group.num_flows == 0:  # off its links; it stays the path's group (`_activate` restarts it)
+        if group.num_flows == 0:  # off its links and its path (an emptied group in this instant's update
+            # stays in `_dirty_groups` until the update; the path's next flow makes a new group)
+            groups = self._high_groups if high else self._low_groups
+            del groups[path]
             for link in path:
                 link.groups.remove(group)
                 if rate >= link.top_rate:

@@ -79,25 +79,6 @@ class FlowGroup:
         self.vio_seen = False
         self.rate_moved = False
 
-    def restart(self, now_s: float) -> None:
-        """Back to the state `__init__` gives a new group (kept in step with it): the network keeps an
-        emptied group for its (class, path) and restarts it when a flow joins again (`LinkNetwork`)."""
-        self.num_flows = 0
-        self.rate = 0.0
-        self.vtime_bytes = 0.0
-        self.last_s = now_s
-        if self.heap:  # aborted flows left lazily; an empty heap keeps its storage for the next flows
-            self.heap.clear()
-        self.handle = None
-        self.handle_tag = -1.0
-        self.bottleneck = None
-        self.fill_frozen = False
-        self.fill_rate = 0.0
-        self.dirty = False
-        self.refill = False
-        self.vio_seen = False
-        self.rate_moved = False
-
     def settle(self, now_s: float) -> None:
         self.vtime_bytes += self.rate * (now_s - self.last_s)
         self.last_s = now_s
