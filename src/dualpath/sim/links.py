@@ -81,7 +81,7 @@ class Link:
         "top_rate",
         "fill_count",
         "fill_residual",
-        "fill_members",
+        "fill_start",
         "fill_len",
         "fill_order",
         "vio_new",
@@ -116,11 +116,11 @@ class Link:
         self.rate_low = 0.0
         self.top_rate = 0.0  # largest per-flow rate of its groups; < 0: stale (links_fill.cached_top_rate)
         # Scratch of `links_fill.fill` (its NOTE): unfrozen flows (0 between fills), bytes/s left, the
-        # groups to fill here (the first `fill_len` of `fill_members`; 0 between fills) and the link's
-        # place in the fill's order.
+        # groups to fill here (`fill_len` slots of the fill's list from `fill_start`; 0 between fills)
+        # and the link's place in the fill's order.
         self.fill_count = 0
         self.fill_residual = 0.0
-        self.fill_members: list[FlowGroup] = []
+        self.fill_start: i64 = 0
         self.fill_len: i64 = 0
         self.fill_order: i64 = 0
         # Scratch of `links_fill.find_violations` (reset when it returns): crossed by a re-filled group,
@@ -285,6 +285,7 @@ class LinkNetwork:
         "_seq",
         "_dirty_groups",
         "_num_dirty",
+        "_fill_members",
         "_update_number",
         "_update_pending",
         "_group_due_callback",
@@ -321,6 +322,8 @@ class LinkNetwork:
         # list, whose slots stay for the next instant (`links_fill.put_at`).
         self._dirty_groups: list[FlowGroup] = []
         self._num_dirty: i64 = 0
+        # Every fill's groups per link, a run of slots per link (`links_fill.fill`); kept for the next fill.
+        self._fill_members: list[FlowGroup] = []
         # The pending rate update's number (from 1): stamps the links' `sat_before` records of it.
         self._update_number: i64 = 1
         self._update_pending = False
@@ -572,7 +575,7 @@ class LinkNetwork:
         if not refilled:
             return []
         while True:
-            frozen = fill(refilled, None)  # within what the other groups leave
+            frozen = fill(refilled, None, self._fill_members)  # within what the other groups leave
             grow = find_violations(refilled, update)
             if not grow:
                 break
@@ -597,22 +600,23 @@ class LinkNetwork:
         low = [g for g in groups if not g.high]
         if not high or not low:
             frozen_at: dict[FlowGroup, Link] = {}
-            frozen = fill(list(groups), free, frozen_at)
+            frozen = fill(list(groups), free, self._fill_members, frozen_at)
             for g, link in frozen_at.items():  # plain max-min: valid bottlenecks for the fast path
                 set_bottleneck(g, link)
             return frozen
         low_links = {link for g in low for link in g.path}
         share = self.high_priority_share
         high_free = {link: cap * share if link in low_links else cap for link, cap in free.items()}
-        rates = _rates(fill(high, high_free))
+        rates = _rates(fill(high, high_free, self._fill_members))
         for g, r in rates.items():
             for link in g.path:
                 free[link] -= g.num_flows * r
-        low_rates = _rates(fill(low, dict(free)))
+        low_rates = _rates(fill(low, dict(free), self._fill_members))
         for g, r in low_rates.items():
             for link in g.path:
                 free[link] -= g.num_flows * r
-        extra = fill(high, {link: max(0.0, f) for link, f in free.items()})  # work conservation
+        conserve = {link: max(0.0, f) for link, f in free.items()}
+        extra = fill(high, conserve, self._fill_members)  # work conservation
         for g in extra:
             rates[g] += g.fill_rate
         rates.update(low_rates)

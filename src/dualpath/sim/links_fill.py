@@ -120,6 +120,7 @@ def free_slots(items: list[FlowGroup], count: i64) -> None:
 def fill(
     groups: list[FlowGroup],
     residual: dict[Link, float] | None,
+    members: list[FlowGroup],
     frozen_at: dict[FlowGroup, Link] | None = None,
 ) -> list[FlowGroup]:
     """Progressive filling: max-min fair per-flow rates for `groups` within `residual` bytes/s per link.
@@ -133,7 +134,8 @@ def fill(
     DRAM link crossed by many groups costs O(1)); negative leftovers (float residue) count as 0.
     Repeatedly the link with the smallest fair share (residual / unfrozen flows) freezes its unfrozen
     groups at that share.
-    `frozen_at`, if given, receives the link each group was frozen at.
+    `members` is the caller's scratch list (its network's, kept between fills): each link's groups to
+    fill, one run of slots per link. `frozen_at`, if given, receives the link each group was frozen at.
     """
     if len(groups) == 1:  # the common case: one group, limited by its tightest link
         g = groups[0]
@@ -152,9 +154,11 @@ def fill(
         return [g]
     # NOTE: the fill's per-link state (unfrozen flows, residual, groups to fill) lives in scratch fields
     # of the links themselves (`Link.fill_*`), not in dicts keyed by link: the fill is most of a rate
-    # update, and a field is read without hashing. Between fills every `fill_count` is 0 (a link leaves
-    # the fill when its last unfrozen group freezes) and every `fill_len` is 0: a link's groups to fill
-    # are the first `fill_len` of its `fill_members`, whose slots stay for the next fill (`put_at`).
+    # update, and a field is read without hashing. A link's groups to fill are the `fill_len` slots of
+    # `members` from `fill_start`, in the order of `groups`: one list for all links, kept by the network
+    # and warm, where a list per link was two more objects per link to miss in on a large cluster
+    # (benchmarks/README.md). Between fills every `fill_count` is 0 (a link leaves the fill when its last
+    # unfrozen group freezes) and every `fill_len` is 0.
     order: list[Link] = []  # the links to fill, first seen first: the scan's tie-break order
     for g in groups:
         n = g.num_flows
@@ -172,14 +176,24 @@ def fill(
                 link.fill_count = c + n
                 if residual is None:
                     link.fill_residual += used
-            put_at(link.fill_members, link.fill_len, g)
+            link.fill_len += 1
+    slots: i64 = 0  # each link's run of `members`, then its groups into it
+    for link in order:
+        link.fill_start = slots
+        slots += link.fill_len
+        link.fill_len = 0
+    while len(members) < slots:
+        members.append(FREE_SLOT)
+    for g in groups:
+        for link in g.path:
+            members[link.fill_start + link.fill_len] = g
             link.fill_len += 1
     if residual is None:
         for link in order:
             if link.fill_residual < 0.0:
                 link.fill_residual = 0.0
     if len(order) > _HEAP_FILL_LINKS:
-        frozen = _fill_with_heap(order, frozen_at)
+        frozen = _fill_with_heap(order, members, frozen_at)
     else:
         frozen = []
         # Every group crosses a link of `order` with unfrozen flows until it is frozen (num_flows > 0),
@@ -196,10 +210,10 @@ def fill(
                         best, bottleneck = fair, link
             if bottleneck is None:
                 break
-            _freeze(bottleneck, best if best > 0.0 else 0.0, frozen, frozen_at, None)
+            _freeze(bottleneck, best if best > 0.0 else 0.0, members, frozen, frozen_at, None)
     for link in order:
-        free_slots(link.fill_members, link.fill_len)
         link.fill_len = 0
+    free_slots(members, slots)
     for g in frozen:
         g.fill_frozen = False
     return frozen
@@ -208,14 +222,15 @@ def fill(
 def _freeze(
     bottleneck: Link,
     best: float,
+    members: list[FlowGroup],
     frozen: list[FlowGroup],
     frozen_at: dict[FlowGroup, Link] | None,
     touched: dict[Link, None] | None,
 ) -> None:
     """Freeze the bottleneck's unfrozen groups at `best` (appended to `frozen`); their links lose their
     flows and share. `touched`, if given, receives the links still unfrozen whose share changed."""
-    members = bottleneck.fill_members
-    for i in range(bottleneck.fill_len):
+    start = bottleneck.fill_start
+    for i in range(start, start + bottleneck.fill_len):
         g = members[i]
         if g.fill_frozen:
             continue
@@ -237,7 +252,9 @@ def _freeze(
                     touched.pop(link, None)
 
 
-def _fill_with_heap(order: list[Link], frozen_at: dict[FlowGroup, Link] | None) -> list[FlowGroup]:
+def _fill_with_heap(
+    order: list[Link], members: list[FlowGroup], frozen_at: dict[FlowGroup, Link] | None
+) -> list[FlowGroup]:
     """`fill`'s loop for large sets (a cluster of tens of nodes re-fills 100+ groups over as many links):
     the same choices, the link with the smallest fair share first and the earlier link on a tie, from a
     heap of `_Share` entries; an entry is stale once its link's share changed."""
@@ -256,7 +273,7 @@ def _fill_with_heap(order: list[Link], frozen_at: dict[FlowGroup, Link] | None) 
         if n_left == 0 or bottleneck.fill_residual / n_left != fair:
             continue  # stale: the link left, or its share changed and a fresh entry was pushed
         touched: dict[Link, None] = {}
-        _freeze(bottleneck, fair if fair > 0.0 else 0.0, frozen, frozen_at, touched)
+        _freeze(bottleneck, fair if fair > 0.0 else 0.0, members, frozen, frozen_at, touched)
         for link in touched:
             if link.fill_count:
                 _share_push(heap, _Share(link.fill_residual / link.fill_count, link.fill_order, link))
