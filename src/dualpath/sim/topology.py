@@ -129,24 +129,28 @@ class Topology:
         return path
 
     def load_remote(self, de: int, pe: int) -> tuple[Link, ...]:
-        return self._pair(_LOAD_REMOTE, de, pe)
+        return self._pair(_LOAD_REMOTE, de // self.g, pe)
 
     def kv_out(self, pe: int, de: int) -> tuple[Link, ...]:
-        return self._pair(_KV_OUT, pe, de)
+        return self._pair(_KV_OUT, pe, de // self.g)
 
     def _pair(self, kind: int, a: int, b: int) -> tuple[Link, ...]:
+        """The path between a PE engine and a DE *node* (the DE buffer is node-wide, module NOTE), kept
+        per (DE node, PE engine) for loads and per (PE engine, DE node) for KV out: a DE node's engines
+        share their paths, so a row per DE engine would hold each path `g` times, in memory every flow's
+        start reads (at 48P96D 768 rows of 384 for loads)."""
         row = self._pair_paths[kind][a]
         if row is None:
             row = self._pair_paths[kind][a] = []
         if b < len(row) and row[b]:
             return row[b]
-        if kind == _LOAD_REMOTE:  # a = DE engine, b = PE engine
-            d, _ = self._at(a)
+        if kind == _LOAD_REMOTE:  # a = DE node, b = PE engine
+            d = self.nodes[a]
             p, i = self._at(b)
             path = self._path((d.dram, d.cnic_read[i], p.cnic_write[i], p.gpu_down[i]))
-        else:  # _KV_OUT: a = PE engine, b = DE engine
+        else:  # _KV_OUT: a = PE engine, b = DE node
             p, i = self._at(a)
-            d, _ = self._at(b)
+            d = self.nodes[b]
             path = self._path((p.gpu_up[i], p.cnic_read[i], d.cnic_write[i], d.dram))
         while len(row) <= b:
             row.append(())
@@ -175,7 +179,7 @@ class Topology:
         return path
 
 
-# `Topology._engine_paths` rows (one path per node or engine) and `_pair_paths` rows (per engine pair).
+# `Topology._engine_paths` rows (one path per node or engine) and `_pair_paths` rows (`Topology._pair`).
 _READ: Final = 0
 _LOAD_LOCAL: Final = 1
 _H2D: Final = 2
