@@ -225,10 +225,11 @@ def _freeze(
     members: list[FlowGroup],
     frozen: list[FlowGroup],
     frozen_at: dict[FlowGroup, Link] | None,
-    touched: dict[Link, None] | None,
+    touched: list[Link] | None,
 ) -> None:
     """Freeze the bottleneck's unfrozen groups at `best` (appended to `frozen`); their links lose their
-    flows and share. `touched`, if given, receives the links still unfrozen whose share changed."""
+    flows and share. `touched`, if given, receives each link whose share changed once (`fill_touched`
+    set; the caller resets it), those left without unfrozen flows too."""
     start = bottleneck.fill_start
     for i in range(start, start + bottleneck.fill_len):
         g = members[i]
@@ -245,11 +246,9 @@ def _freeze(
             link.fill_residual -= used
             left = link.fill_count - n
             link.fill_count = left  # 0: no unfrozen group left, never a bottleneck again
-            if touched is not None:
-                if left:
-                    touched[link] = None
-                else:
-                    touched.pop(link, None)
+            if touched is not None and not link.fill_touched:
+                link.fill_touched = True
+                touched.append(link)
 
 
 def _fill_with_heap(
@@ -265,6 +264,7 @@ def _fill_with_heap(
     for pos in range(len(heap) // 2 - 1, -1, -1):  # heapify: each parent down into its subtree
         _share_sift_down(heap, pos, heap[pos])
     frozen: list[FlowGroup] = []
+    touched: list[Link] = []  # of one freeze
     while heap:
         entry = _share_pop(heap)
         fair = entry.fair
@@ -272,11 +272,12 @@ def _fill_with_heap(
         n_left = bottleneck.fill_count
         if n_left == 0 or bottleneck.fill_residual / n_left != fair:
             continue  # stale: the link left, or its share changed and a fresh entry was pushed
-        touched: dict[Link, None] = {}
         _freeze(bottleneck, fair if fair > 0.0 else 0.0, members, frozen, frozen_at, touched)
-        for link in touched:
+        for link in touched:  # a fresh entry for each link whose share changed (their order is no
+            link.fill_touched = False  # tie-break: entries order by share and the link's own place)
             if link.fill_count:
                 _share_push(heap, _Share(link.fill_residual / link.fill_count, link.fill_order, link))
+        touched.clear()
     return frozen
 
 
