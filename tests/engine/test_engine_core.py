@@ -55,7 +55,12 @@ def test_storage_reader_is_fifo_with_limited_inflight_and_admission() -> None:
     assert [p.request_id for p in r.admit(buffer)] == [0, 1]
     assert buffer.holds(0) and buffer.holds(1) and buffer.used == 20.0
     assert r.read_q_tokens == 256
+    part = r.in_flight(1)
+    assert part is not None and part.request_id == 1 and r.in_flight(2) is None
+    with pytest.raises(KeyError):
+        r.finish(2)  # queued, not in flight
     r.finish(0)
+    assert r.in_flight(0) is None and r.inflight == 1 and r.read_q_tokens == 192
     assert r.admit(buffer) == []  # buffer full (5 bytes left): the head waits
     buffer.release(0)
     assert [p.request_id for p in r.admit(buffer)] == [2]

@@ -71,7 +71,9 @@ class RecordingCore:
         event = {"type": "read_done", "node": self._names[node_id], "rid": request_id}
         usable = None
         if request_id == LOST_BLOCK_RID and self.lost_read is None:
-            usable = self._core.readers[node_id]._inflight[request_id].tokens // 2  # noqa: SLF001
+            part = self._core.readers[node_id].in_flight(request_id)
+            assert part is not None
+            usable = part.tokens // 2
             usable -= usable % 16
             self.lost_read = (request_id, usable)
             event["usable_tokens"] = usable

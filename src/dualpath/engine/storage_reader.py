@@ -42,7 +42,9 @@ class StorageReader:
         self.node_id = node_id
         self.max_inflight_reads = max_inflight_reads
         self._queue: deque[ReadPart] = deque()
-        self._inflight: dict[int, ReadPart] = {}
+        # The parts in flight, in start order: a list, as there are `max_inflight_reads` (2) at most, so a
+        # scan by request id costs less than a dict's hash and lookup of the id as an int object.
+        self._inflight: list[ReadPart] = []
         self.read_q_tokens = 0
 
     def enqueue(self, part: ReadPart) -> None:
@@ -59,19 +61,37 @@ class StorageReader:
                 break
             buffer.reserve(head.request_id, head.reserve_bytes)
             part = self._queue.popleft()
-            self._inflight[part.request_id] = part
+            self._inflight.append(part)
             started.append(part)
         return started
 
     def finish(self, request_id: int) -> ReadPart:
-        part = self._inflight.pop(request_id)
+        part = self._pop_inflight(request_id)
+        if part is None:
+            raise KeyError(f"node {self.node_id}: no read of request {request_id} in flight")
         self.read_q_tokens -= part.tokens
         return part
+
+    def in_flight(self, request_id: int) -> ReadPart | None:
+        """The request's part being read now (None if it is not in flight)."""
+        for part in self._inflight:
+            if part.request_id == request_id:
+                return part
+        return None
+
+    def _pop_inflight(self, request_id: int) -> ReadPart | None:
+        inflight = self._inflight
+        for i in range(len(inflight)):
+            part = inflight[i]
+            if part.request_id == request_id:
+                del inflight[i]
+                return part
+        return None
 
     def drop(self, request_id: int) -> bool:
         """Forget the request's part, queued or in flight (its request was re-planned or cancelled; a
         read in flight finishes on the node and is discarded there). True if there was one."""
-        part = self._inflight.pop(request_id, None)
+        part = self._pop_inflight(request_id)
         if part is None:
             part = next((p for p in self._queue if p.request_id == request_id), None)
             if part is None:
@@ -89,6 +109,6 @@ class StorageReader:
         return len(self._inflight)
 
     def check_invariants(self) -> None:
-        total = sum(p.tokens for p in self._queue) + sum(p.tokens for p in self._inflight.values())
+        total = sum(p.tokens for p in self._queue) + sum(p.tokens for p in self._inflight)
         assert total == self.read_q_tokens, (total, self.read_q_tokens)
         assert len(self._inflight) <= self.max_inflight_reads
