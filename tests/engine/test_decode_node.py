@@ -160,3 +160,35 @@ def test_a_record_further_ahead_than_the_wheel_spans_widens_it_and_keeps_the_ord
     far_steps = [s for s, rid in out if rid == 99]
     # kv = 20 + g - 1 reaches 84 + 16 at g = 81, 76 steps after it joined at step 1; then 112 at step 89.
     assert far_steps[:2] == [77, 89]
+
+
+def test_the_batch_keeps_its_merge_order_as_requests_finish_and_join() -> None:
+    """`batch_ids` is the running requests in the order they merged, through hundreds of finishes (the
+    finished records leave the node's list in batches) and later joiners; a shortened request is found."""
+    rng = random.Random(7)
+    node = _node()
+    merged: list[Request] = []  # the reference: merge order
+    next_id = 1
+    for wave in range(12):
+        joiners = [_request(rng, next_id + k) for k in range(rng.randint(10, 40))]
+        next_id += len(joiners)
+        rng.shuffle(joiners)
+        node.joining.extend(joiners)
+        node.merge_joiners()
+        merged += joiners
+        if wave == 6:  # shorten a request still running, after some finished records have left the list
+            victim = next(r for r in merged if r.generated_tokens < r.gen_tokens - 2)
+            victim.gen_tokens = victim.generated_tokens + 1
+            node.shorten(victim)
+        for _ in range(rng.randint(5, 30)):
+            if not node.num_running:
+                break
+            node.advance(min(rng.randint(1, 9), node.steps_to_next_batch_change()))
+            running = [r.request_id for r in merged if r.generated_tokens < r.gen_tokens]
+            assert node.batch_ids() == tuple(running)
+            assert node.num_running == len(running)
+            node.check_invariants()
+    while node.num_running:
+        node.advance(node.steps_to_next_batch_change())
+    assert node.batch_ids() == () and all(r.generated_tokens == r.gen_tokens for r in merged)
+    assert len(merged) >= 200  # enough finishes for the list to drop its finished records more than once

@@ -27,7 +27,7 @@ entries' integer fields, no tuple and no call through `heapq` per comparison).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import final
+from typing import Final, final
 
 from mypy_extensions import i64, mypyc_attr
 
@@ -111,7 +111,7 @@ class _Running(_Keyed):
     """A request in a node's continuous batch: the step it joined at and its tokens then; its `step`
     is that of its next token of interest (its slot on the node's wheel)."""
 
-    __slots__ = ("request", "join_step", "gen_at_join", "next_due")
+    __slots__ = ("request", "join_step", "gen_at_join", "next_due", "finished")
 
     def __init__(self, request: Request, join_step: int, gen_at_join: int, step: int) -> None:
         super().__init__(step, request.request_id)
@@ -121,6 +121,11 @@ class _Running(_Keyed):
         # The next record of its slot on the wheel (a larger request id), or of `advance`'s list of
         # records going on; None at a chain's end and off the wheel.
         self.next_due: _Running | None = None
+        self.finished = False  # its last token is out: off the batch (`DecodeNode._leave`)
+
+
+# `DecodeNode._running` drops its finished records once they are at least this many and half the list.
+_MIN_DONE_RECORDS: Final = 64
 
 
 def _before(a: _Keyed, b: _Keyed) -> bool:
@@ -189,10 +194,14 @@ class DecodeNode:
     reserved_tokens: int = 0  # Σ of its engines' reserved_tokens: the group's Σ tok_e, O(1) per fetch
     joining: list[Request] = field(default_factory=list)
     run_steps: int = 0  # steps of the decode run in flight (`ClusterCore.start_decode_run`); 0: none
-    # The running requests by id, in merge order, and the same records on the wheel of next events
+    # The running requests' records in merge order, and the same records on the wheel of next events
     # (module NOTE): each slot the first record of its chain, at most len(_wheel) - 1 steps ahead of
-    # `steps_done`. Records moved to a step already run (`shorten`) wait in `_overdue`.
-    _running: dict[int, _Running] = field(default_factory=dict)
+    # `steps_done`. Records moved to a step already run (`shorten`) wait in `_overdue`. A finished
+    # record stays in `_running` (`finished` set, counted in `_running_done`) until those are half the
+    # list: a dict by request id would hash and look up the id, an int object, at every finish.
+    _running: list[_Running] = field(default_factory=list)
+    _num_running: int = 0
+    _running_done: int = 0
     _wheel: list[_Running | None] = field(default_factory=list)
     _overdue: list[_Running] = field(default_factory=list)
     _finish_heap: list[_Keyed] = field(default_factory=list)  # (last-token step, id)
@@ -212,7 +221,7 @@ class DecodeNode:
 
     @property
     def num_running(self) -> int:
-        return len(self._running)
+        return self._num_running
 
     def merge_joiners(self) -> bool:
         """Joiners enter the running batch at a step boundary; True if anything is running."""
@@ -224,16 +233,33 @@ class DecodeNode:
             running = _Running(
                 request, self.steps_done, request.generated_tokens, self._next_event_step(request)
             )
-            self._running[request.request_id] = running
+            self._running.append(running)
+            self._num_running += 1
             self._put(running)
             last = self.steps_done + max(1, request.gen_tokens - request.generated_tokens)
             _heap_push(self._finish_heap, _Keyed(last, request.request_id))
         self.joining.clear()
-        return bool(self._running)
+        return self._num_running > 0
 
     def batch_ids(self) -> tuple[int, ...]:
         """Ids of the running requests, in the order they merged."""
-        return tuple(self._running)
+        return tuple(r.request_id for r in self._running if not r.finished)
+
+    def _running_record(self, request_id: int) -> _Running | None:
+        for running in self._running:
+            if running.request_id == request_id and not running.finished:
+                return running
+        return None
+
+    def _leave(self, running: _Running) -> None:
+        """`running` finished: out of the batch's count; the finished records leave the list once they
+        are half of it (at least `_MIN_DONE_RECORDS`), so the list stays within twice the batch."""
+        running.finished = True
+        self._num_running -= 1
+        self._running_done += 1
+        if self._running_done >= _MIN_DONE_RECORDS and 2 * self._running_done > len(self._running):
+            self._running = [r for r in self._running if not r.finished]
+            self._running_done = 0
 
     def shape(self) -> tuple[tuple[int, int], ...]:
         """Per engine (batch size, Σ context tokens) for the cost of the next step."""
@@ -300,7 +326,7 @@ class DecodeNode:
         step join + (gen_tokens - generated at join), maybe before its next event or even before now
         (its decode node stopped it inside the run just done): its next event moves there, so that the
         next `advance` finishes it with exactly gen_tokens tokens."""
-        running = self._running.get(request.request_id)
+        running = self._running_record(request.request_id)  # a scan: only the runtime ends requests early
         if running is None:  # not in the batch yet: `merge_joiners` reads the new gen_tokens
             return
         last = running.join_step + max(0, request.gen_tokens - running.gen_at_join)
@@ -344,7 +370,7 @@ class DecodeNode:
         assert request.de_engine is not None
         e = self.engine(request.de_engine)
         if finished:
-            del self._running[running.request_id]
+            self._leave(running)
             e.running -= 1
             # What `merge_joiners` added to ctx_base for it (its kv_tokens then, less the join step).
             e.ctx_base -= request.prompt_tokens + max(0, running.gen_at_join - 1) - running.join_step
@@ -422,11 +448,13 @@ class DecodeNode:
         return self.steps_done + max(1, until)
 
     def check_invariants(self) -> None:
-        assert sum(e.running for e in self.engines) == len(self._running)
+        live = [r for r in self._running if not r.finished]
+        assert len(live) == self._num_running == sum(e.running for e in self.engines)
+        assert len(self._running) - len(live) == self._running_done
         chained = self._chained()
         waiting = self._overdue + chained
-        assert sorted(r.request_id for r in waiting) == sorted(self._running)  # one next event each
-        assert all(self._running[r.request_id] is r for r in waiting)
+        assert sorted(r.request_id for r in waiting) == sorted(r.request_id for r in live)  # one event each
+        assert {id(r) for r in waiting} == {id(r) for r in live}
         assert all(r.step <= self.steps_done for r in self._overdue)
         size = len(self._wheel)
         for index, record in enumerate(self._wheel):  # each slot: one step, within the span, ids rising
