@@ -261,3 +261,56 @@ def test_cancelled_count_stays_exact_through_pops_and_next_time() -> None:
     sim.run()
     sim.cancel(handles[9])  # already ran
     assert sim.cancelled_entries() == 0
+
+
+def _moving_trace(sim: Simulator, use_move: bool) -> list[tuple[float, int]]:
+    """Random reschedules (the link network's at every rate change), cancels and new events with many
+    equal times and priorities; each event either moved in place or cancelled and scheduled again."""
+    rng = random.Random(3)
+    out: list[tuple[float, int]] = []
+    handles: dict[int, object] = {}
+
+    def ev(i: int) -> None:
+        out.append((sim.now_s, i))
+        del handles[i]
+        if len(out) > 4000:
+            return
+        for _ in range(rng.randrange(1, 6)):
+            j = rng.randrange(60)
+            delay_s = rng.randrange(0, 8) / 4.0
+            handle = handles.get(j)
+            if handle is None:
+                handles[j] = sim.schedule(delay_s, ev, j, priority=j % 3)
+            elif rng.random() < 0.2:
+                sim.cancel(handle)
+                del handles[j]
+            elif use_move:
+                sim.move(handle, delay_s)
+            else:
+                sim.cancel(handle)
+                handles[j] = sim.schedule(delay_s, ev, j, priority=j % 3)
+
+    for i in range(60):
+        handles[i] = sim.schedule((i % 5) / 4.0, ev, i, priority=i % 3)
+    sim.run()
+    return out
+
+
+def test_moving_an_event_orders_it_as_cancelling_and_scheduling_it_again() -> None:
+    moved = _moving_trace(Simulator(), use_move=True)
+    assert moved == _moving_trace(Simulator(), use_move=False)
+    assert len(moved) > 4000 and len({t for t, _ in moved}) < len(moved) // 4  # many ties
+
+
+def test_moving_a_fired_or_cancelled_event_is_an_error() -> None:
+    sim = Simulator()
+    fired = sim.schedule(1.0, lambda: None)
+    cancelled = sim.schedule(2.0, lambda: None)
+    sim.cancel(cancelled)
+    sim.run(until_s=1.5)
+    for handle in (fired, cancelled):
+        with pytest.raises(ValueError, match="ran or was cancelled"):
+            sim.move(handle, 1.0)
+    pending = sim.schedule(1.0, lambda: None)
+    with pytest.raises(ValueError, match="past"):
+        sim.move(pending, -0.5)

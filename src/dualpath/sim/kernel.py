@@ -14,9 +14,12 @@ directly on unboxed fields: `heapq` itself would compare through the generic ric
 bool object per pair), and a pop compares ≈ log2(heap) pairs, every event costing ≈ 2 pushes and
 1 cancel (12P24D).
 
-The link network cancels and re-pushes a flow group's completion event at every rate change, so on a
-cluster of tens of nodes most of the heap is cancelled entries (8P16D: ≈ 85 % of ≈ 800), and every pop
-sifts through them. The kernel counts the cancelled entries still in the heap and, once they are
+The link network moves a flow group's completion event at every rate change (`move`): the entry
+takes the key a new event would get (the new time, the next `seq`) and sifts from where it is, its
+place kept in `Event.pos` by every sift. So the run order is that of cancelling the event and
+scheduling it again, without the cancelled entry that every pop would then sift through (cancelled
+and pushed again, most of a 8P16D heap was cancelled entries: ≈ 85 % of ≈ 800) or a new entry made.
+For what is cancelled, the kernel counts the cancelled entries still in the heap and, once they are
 `COMPACT_MIN_DEAD` or more and outnumber the live ones, drops them all and re-heapifies (O(n) for n/2
 cancellations: O(1) amortised per cancel). The order of events is unchanged: it depends only on the
 unique `(time_s, priority, seq)` keys, not on the heap's layout.
@@ -43,7 +46,7 @@ from mypy_extensions import i64, mypyc_attr
 class Event:
     """A heap entry: `callback(*args)` at `time_s`; ties run by `priority`, then scheduling order."""
 
-    __slots__ = ("time_s", "priority", "seq", "callback", "args")
+    __slots__ = ("time_s", "priority", "seq", "callback", "args", "pos")
 
     def __init__(
         self,
@@ -58,6 +61,7 @@ class Event:
         self.seq = seq
         self.callback = callback  # None once run or cancelled
         self.args = args
+        self.pos: i64 = -1  # its index in the heap, kept by every sift (`Simulator.move`)
 
     def __lt__(self, other: Event) -> bool:
         return _earlier(self, other)  # for `heapq.heapify` in `Simulator._compact`
@@ -93,8 +97,37 @@ def _sift_up(heap: list[Event], pos: i64, entry: Event) -> None:
         if not _earlier(entry, parent):
             break
         heap[pos] = parent
+        parent.pos = pos
         pos = parent_pos
     heap[pos] = entry
+    entry.pos = pos
+
+
+def _sift_down(heap: list[Event], pos: i64, entry: Event) -> None:
+    """Put `entry` at `pos` or below it: the hole down to a leaf along the earlier child, then `entry`
+    up from there, no higher than `pos` (`heapq`'s `_siftup`; the pop's sift from any position)."""
+    end: i64 = len(heap)  # native ints (`i64`): the index arithmetic compiles to plain C
+    top = pos
+    child = 2 * pos + 1
+    while child < end:
+        right = child + 1
+        if right < end and not _earlier(heap[child], heap[right]):
+            child = right
+        moved = heap[child]
+        heap[pos] = moved
+        moved.pos = pos
+        pos = child
+        child = 2 * pos + 1
+    while pos > top:  # `_sift_up` bounded at `top`
+        parent_pos = (pos - 1) >> 1
+        parent = heap[parent_pos]
+        if not _earlier(entry, parent):
+            break
+        heap[pos] = parent
+        parent.pos = pos
+        pos = parent_pos
+    heap[pos] = entry
+    entry.pos = pos
 
 
 def _heap_push(heap: list[Event], entry: Event) -> None:
@@ -108,19 +141,11 @@ def _heap_pop(heap: list[Event]) -> Event:
     the earlier child, then the last entry up from there). `heap` must not be empty."""
     last = heap.pop()
     if not heap:
+        last.pos = -1
         return last
     top = heap[0]
-    end: i64 = len(heap)  # native ints (`i64`): the index arithmetic compiles to plain C
-    pos: i64 = 0
-    child: i64 = 1
-    while child < end:
-        right = child + 1
-        if right < end and not _earlier(heap[child], heap[right]):
-            child = right
-        heap[pos] = heap[child]
-        pos = child
-        child = 2 * pos + 1
-    _sift_up(heap, pos, last)
+    top.pos = -1
+    _sift_down(heap, 0, last)
     return top
 
 
@@ -176,6 +201,25 @@ class Simulator:
         _heap_push(self._heap, entry)
         return entry
 
+    def move(self, handle: EventHandle, delay_s: float) -> None:
+        """Run a pending event at `now_s + delay_s` instead, ordered as if scheduled now (a new `seq`):
+        the same order as cancelling it and scheduling its callback again, without a cancelled entry
+        left in the heap or a new one made. The link network moves a flow group's completion at every
+        rate change (module NOTE)."""
+        if handle.callback is None:
+            raise ValueError("cannot move an event that ran or was cancelled")
+        if delay_s < 0.0:
+            raise ValueError(f"cannot schedule {delay_s} s in the past")
+        self._seq += 1
+        handle.seq = self._seq
+        handle.time_s = self.now_s + delay_s
+        heap = self._heap
+        pos = handle.pos
+        if pos > 0 and _earlier(handle, heap[(pos - 1) >> 1]):
+            _sift_up(heap, pos, handle)
+        else:
+            _sift_down(heap, pos, handle)
+
     def at_instant_end(self, callback: Callable[[], object]) -> None:
         """Run `callback()` after every event of the current instant (those it schedules at this instant
         included), before time advances; in request order. Not counted in `events_processed`."""
@@ -214,6 +258,8 @@ class Simulator:
         heap = self._heap
         heap[:] = [entry for entry in heap if entry.callback is not None]
         heapq.heapify(heap)
+        for i in range(len(heap)):
+            heap[i].pos = i
         self._dead = 0
 
     def stop(self) -> None:

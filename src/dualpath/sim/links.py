@@ -685,16 +685,19 @@ class LinkNetwork:
                 g.handle = None
             return
         tag = heap[0]._tag
-        if handle is not None:
-            if not rate_changed and g.handle_tag == tag:
-                return  # same earliest flow, same rate: its event stands
-            self.sim.cancel(handle)  # lazy: skipped when popped, or dropped by the kernel's compaction
+        if handle is not None and not rate_changed and g.handle_tag == tag:
+            return  # same earliest flow, same rate: its event stands
         rate = g.rate
         vtime = g.vtime_bytes = g.vtime_bytes + rate * (now_s - g.last_s)
         g.last_s = now_s
         delay_s = (tag - vtime) / rate
+        if not delay_s > 0.0:
+            delay_s = 0.0
         g.handle_tag = tag
-        g.handle = self.sim.schedule(delay_s if delay_s > 0.0 else 0.0, self._group_due_callback, g)
+        if handle is not None:  # its event moves in the kernel's heap, in the order of a new one
+            self.sim.move(handle, delay_s)
+        else:
+            g.handle = self.sim.schedule(delay_s, self._group_due_callback, g)
 
 
 def _rates(groups: list[FlowGroup]) -> dict[FlowGroup, float]:
