@@ -273,8 +273,10 @@ def _fill_with_heap(
         if n_left == 0 or bottleneck.fill_residual / n_left != fair:
             continue  # stale: the link left, or its share changed and a fresh entry was pushed
         _freeze(bottleneck, fair if fair > 0.0 else 0.0, members, frozen, frozen_at, touched)
-        for link in touched:  # a fresh entry for each link whose share changed (their order is no
-            link.fill_touched = False  # tie-break: entries order by share and the link's own place)
+        # A fresh entry for each link whose share changed; the order of the pushes is no tie-break (the
+        # heap orders entries by share, then by the link's place in the fill's order).
+        for link in touched:
+            link.fill_touched = False
             if link.fill_count:
                 _share_push(heap, _Share(link.fill_residual / link.fill_count, link.fill_order, link))
         touched.clear()
