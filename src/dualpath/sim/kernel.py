@@ -89,9 +89,10 @@ def _earlier(a: Event, b: Event) -> bool:
     return a.seq < b.seq
 
 
-def _sift_up(heap: list[Event], pos: i64, entry: Event) -> None:
-    """Put `entry` at `pos` or above it, moving the later parents down (`heapq`'s `_siftdown`)."""
-    while pos > 0:
+def _sift_up(heap: list[Event], pos: i64, entry: Event, top: i64 = 0) -> None:
+    """Put `entry` at `pos` or above it, no higher than `top`, moving the later parents down (`heapq`'s
+    `_siftdown`)."""
+    while pos > top:
         parent_pos = (pos - 1) >> 1
         parent = heap[parent_pos]
         if not _earlier(entry, parent):
@@ -118,16 +119,7 @@ def _sift_down(heap: list[Event], pos: i64, entry: Event) -> None:
         moved.pos = pos
         pos = child
         child = 2 * pos + 1
-    while pos > top:  # `_sift_up` bounded at `top`
-        parent_pos = (pos - 1) >> 1
-        parent = heap[parent_pos]
-        if not _earlier(entry, parent):
-            break
-        heap[pos] = parent
-        parent.pos = pos
-        pos = parent_pos
-    heap[pos] = entry
-    entry.pos = pos
+    _sift_up(heap, pos, entry, top)
 
 
 def _heap_push(heap: list[Event], entry: Event) -> None:
