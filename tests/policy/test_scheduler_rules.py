@@ -65,28 +65,35 @@ def test_algorithm1_adds_tokens_and_stops_when_all_over_beta() -> None:
     assert out == [(0, 0), (1, 1), (2, 0), (3, 1)]
 
 
+def route(requests: list[Request], tok: dict[int, int]) -> list[tuple[int, int]]:
+    """`route_to_de_groups` with the groups' Σtok given as {group id: Σtok} (ids in the dict's order)."""
+    by_id = [0] * (max(tok) + 1)  # only the ids of `tok` are read
+    for group, group_tok in tok.items():
+        by_id[group] = group_tok
+    return route_to_de_groups(requests, list(tok), by_id)
+
+
 def test_de_groups_get_requests_by_smallest_group_tokens() -> None:
     reqs = [make_request(i, prompt=100, hit=0) for i in range(3)]
-    out = route_to_de_groups(reqs, {5: 300, 6: 0})
+    out = route(reqs, {5: 300, 6: 0})
     assert [g for _, g in out] == [6, 6, 6]  # group 6 reaches 330 only after the third
-    out = route_to_de_groups(reqs, {5: 150, 6: 0})
+    out = route(reqs, {5: 150, 6: 0})
     assert [g for _, g in out] == [6, 6, 5]
 
 
 def test_one_request_goes_where_the_first_of_a_burst_would() -> None:
-    """A lone request takes a scan instead of the heap: the same group, ties to the lowest group id."""
-    assert route_to_de_groups([make_request(0, prompt=10, hit=0)], {7: 50, 3: 50, 5: 60}) == [(0, 3)]
+    """A lone request goes where the first of a burst would; ties go to the lowest group id, whatever
+    the order the groups are listed in."""
+    assert route([make_request(0, prompt=10, hit=0)], {7: 50, 3: 50, 5: 60}) == [(0, 3)]
     for seed in range(20):
         tok = {g: (g * 7919 + seed * 104729) % 5 * 100 for g in range(10, 30)}
-        one = route_to_de_groups([make_request(0, prompt=10, hit=0)], tok)
-        burst = route_to_de_groups(
-            [make_request(0, prompt=10, hit=0), make_request(1, prompt=10, hit=0)], tok
-        )
+        one = route([make_request(0, prompt=10, hit=0)], tok)
+        burst = route([make_request(0, prompt=10, hit=0), make_request(1, prompt=10, hit=0)], tok)
         assert one == burst[:1]
 
 
 def test_a_burst_goes_where_one_request_at_a_time_would() -> None:
-    """A burst of any size (routed on the heap) goes where its requests would go one after another,
+    """A burst of any size goes where its requests would go one after another,
     each adding its len_r to its group's Σtok before the next."""
     for seed in range(10):
         for size in (2, 5, 8, 9, 30):
@@ -95,10 +102,10 @@ def test_a_burst_goes_where_one_request_at_a_time_would() -> None:
             burst = [make_request(i, prompt=50 + (i * 37 + seed) % 400, hit=0) for i in range(size)]
             one_by_one = []
             for request in burst:
-                ((rid, group),) = route_to_de_groups([request], tok)
+                ((rid, group),) = route([request], tok)
                 tok[group] += request.total_tokens
                 one_by_one.append((rid, group))
-            assert route_to_de_groups(burst, start) == one_by_one
+            assert route(burst, start) == one_by_one
 
 
 def de(engine: int, seq: int, tok: int, free: int) -> DeCandidate:

@@ -6,8 +6,7 @@ scheduler reserves it when the request is placed on a DE, so decode never preemp
 
 from __future__ import annotations
 
-import heapq
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 from dualpath.records import fields_repr
 from dualpath.request import Request
@@ -35,26 +34,30 @@ class DeCandidate:
         return fields_repr(self, _DE_CANDIDATE_FIELDS)
 
 
-def route_to_de_groups(requests: Sequence[Request], group_tok: Mapping[int, int]) -> list[tuple[int, int]]:
+def route_to_de_groups(
+    requests: Sequence[Request], groups: list[int], tok_by_group: Sequence[int]
+) -> list[tuple[int, int]]:
     """Phase 1: each request goes to the group with the smallest Σtok (then lowest group id).
 
-    Σtok grows by len_r as requests are routed, so a burst spreads over the groups. The groups sit in a
-    heap keyed (Σtok, group id), the same order as that min: O(log groups) per request, not O(groups)
-    (96 DE groups at 48P96D, and the whole global queue is routed at once).
+    `groups`: the DE groups' ids, in any order; `tok_by_group[g]`: group g's Σtok (a list indexed by
+    id, read for the ids in `groups` only). Σtok grows by len_r as requests are routed, so a burst
+    spreads over the groups: each request scans the groups' Σtok as the requests before it left them.
+
+    NOTE: O(groups) per request, in plain int compares. It runs at every DE fetch that finds the
+    global queue non-empty, mostly with one to a few requests; a heap of (Σtok, id) tuples, O(log
+    groups) per request, made a tuple per group at every call and compared them through the generic
+    comparison (96 DE groups at 48P96D: 6 % of that run's time, benchmarks/README.md).
     """
-    if len(requests) == 1:  # the common case (one agent's next round): one scan, no heap to build
-        best_group, best_tok = -1, 0
-        for group, tok in group_tok.items():
-            if best_group < 0 or tok < best_tok or (tok == best_tok and group < best_group):
-                best_group, best_tok = group, tok
-        return [(requests[0].request_id, best_group)]
-    heap = [(tok, group) for group, tok in group_tok.items()]
-    heapq.heapify(heap)
+    tok = [tok_by_group[group] for group in groups]  # as the requests routed so far leave them
     out: list[tuple[int, int]] = []
     for request in requests:
-        tok, group = heap[0]
-        heapq.heapreplace(heap, (tok + request.total_tokens, group))
-        out.append((request.request_id, group))
+        best, best_group, best_tok = -1, -1, 0
+        for i in range(len(groups)):
+            group, group_tok = groups[i], tok[i]
+            if best < 0 or group_tok < best_tok or (group_tok == best_tok and group < best_group):
+                best, best_group, best_tok = i, group, group_tok
+        tok[best] = best_tok + request.total_tokens
+        out.append((request.request_id, best_group))
     return out
 
 

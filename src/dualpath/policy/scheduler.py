@@ -84,7 +84,10 @@ class RequestScheduler:
         # (`_pe_candidates`, `_de_candidates`): used during the fetch only, not built anew each time.
         self._pe_cands: dict[int, list[PeCandidate]] = {}
         self._de_cands: dict[int, list[DeCandidate]] = {}
-        self._group_tok = {n: 0 for n in self._de_nodes}  # Σ tok per DE group, last report + routed
+        # Σ tok per DE group, last report + routed, indexed by node id (0 for PE nodes): phase 1 reads
+        # every group's per request (`route_to_de_groups`).
+        self._de_ids = list(self._de_nodes)
+        self._group_tok = [0] * num_nodes
         self._global: deque[Request] = deque()
         self._de_queues: dict[int, deque[Request]] = {n: deque() for n in self._de_nodes}
         # Σ of the DE group queues' lengths: `waiting` runs on every driver poke, and a sum over the
@@ -200,7 +203,13 @@ class RequestScheduler:
         """DE groups with ids above `after` whose fetch could place something or change a report, in id
         order; for every other group a fetch would report what the scheduler already holds and place
         nothing (with the global queue empty), so a leader loop may skip them (speed only)."""
-        return sorted(n for n in self._de_pending | self._de_report_due if n > after)
+        due = self._de_report_due
+        visit = [n for n in due if n > after]  # and the pending ones not due (no union set built)
+        for n in self._de_pending:
+            if n > after and n not in due:
+                visit.append(n)
+        visit.sort()
+        return visit
 
     def note_de_group(self, node_id: int, *, read_q_tokens: int, tok: int) -> None:
         """A DE group's report (its node's read queue, its Σ tok_e) from a fetch that places nothing.
@@ -234,7 +243,9 @@ class RequestScheduler:
                 group_tok += load.tok
             self._group_tok[node_id] = group_tok
             self._de_report_due.discard(node_id)  # its view is its report now (routing may change it)
-            routed = route_to_de_groups(list(self._global), self._group_tok) if self._global else []
+            routed = (
+                route_to_de_groups(list(self._global), self._de_ids, self._group_tok) if self._global else []
+            )
             for rid, group in routed:
                 request = self._global.popleft()
                 assert request.request_id == rid
