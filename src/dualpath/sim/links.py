@@ -84,6 +84,8 @@ class Link:
         "fill_start",
         "fill_len",
         "fill_order",
+        "fill_share",
+        "fill_pos",
         "fill_touched",
         "vio_new",
         "vio_load",
@@ -124,6 +126,8 @@ class Link:
         self.fill_start: i64 = 0
         self.fill_len: i64 = 0
         self.fill_order: i64 = 0
+        self.fill_share = 0.0  # its fair share (residual / unfrozen flows) in the heap fill's heap
+        self.fill_pos: i64 = -1  # its place in that heap (-1: not in it)
         self.fill_touched = False  # in the heap fill's list of links whose share a freeze changed
         # Scratch of `links_fill.find_violations` (reset when it returns): crossed by a re-filled group,
         # its load with the new rates, saturated (0 unknown, 1 no, 2 yes), its largest rate (< 0 unknown).

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import heapq
 import math
-from typing import TYPE_CHECKING, Final, final
+from typing import TYPE_CHECKING, Final
 
-from mypy_extensions import i64, mypyc_attr
+from mypy_extensions import i64
 
 if TYPE_CHECKING:
     from dualpath.sim.kernel import EventHandle
@@ -122,6 +122,8 @@ def fill(
     residual: dict[Link, float] | None,
     members: list[FlowGroup],
     frozen_at: dict[FlowGroup, Link] | None = None,
+    *,
+    heap_above_links: i64 = -1,
 ) -> list[FlowGroup]:
     """Progressive filling: max-min fair per-flow rates for `groups` within `residual` bytes/s per link.
 
@@ -136,6 +138,8 @@ def fill(
     groups at that share.
     `members` is the caller's scratch list (its network's, kept between fills): each link's groups to
     fill, one run of slots per link. `frozen_at`, if given, receives the link each group was frozen at.
+    `heap_above_links` (tests and benchmarks; < 0: `_HEAP_FILL_LINKS`): above this many links the loop
+    keeps its candidates in a heap, else it scans them.
     """
     if len(groups) == 1:  # the common case: one group, limited by its tightest link
         g = groups[0]
@@ -192,31 +196,37 @@ def fill(
         for link in order:
             if link.fill_residual < 0.0:
                 link.fill_residual = 0.0
-    if len(order) > _HEAP_FILL_LINKS:
+    if len(order) > (heap_above_links if heap_above_links >= 0 else _HEAP_FILL_LINKS):
         frozen = _fill_with_heap(order, members, frozen_at)
     else:
-        frozen = []
-        # Every group crosses a link of `order` with unfrozen flows until it is frozen (num_flows > 0),
-        # so this runs until all are.
-        while True:
-            # A linear scan: faster than a heap below _HEAP_FILL_LINKS links.
-            bottleneck = None
-            best = _INF
-            for link in order:
-                n = link.fill_count
-                if n:
-                    fair = link.fill_residual / n
-                    if fair < best:
-                        best, bottleneck = fair, link
-            if bottleneck is None:
-                break
-            _freeze(bottleneck, best if best > 0.0 else 0.0, members, frozen, frozen_at, None)
+        frozen = _fill_by_scan(order, members, frozen_at)
     for link in order:
         link.fill_len = 0
     free_slots(members, slots)
     for g in frozen:
         g.fill_frozen = False
     return frozen
+
+
+def _fill_by_scan(
+    order: list[Link], members: list[FlowGroup], frozen_at: dict[FlowGroup, Link] | None
+) -> list[FlowGroup]:
+    """`fill`'s loop for small sets: each round scans the links for the smallest fair share among those
+    with unfrozen flows (the earlier link on a tie) and freezes there. Every group crosses such a link
+    until it is frozen (num_flows > 0), so this runs until all are."""
+    frozen: list[FlowGroup] = []
+    while True:
+        bottleneck = None
+        best = _INF
+        for link in order:
+            n = link.fill_count
+            if n:
+                fair = link.fill_residual / n
+                if fair < best:
+                    best, bottleneck = fair, link
+        if bottleneck is None:
+            return frozen
+        _freeze(bottleneck, best if best > 0.0 else 0.0, members, frozen, frozen_at, None)
 
 
 def _freeze(
@@ -255,105 +265,107 @@ def _fill_with_heap(
     order: list[Link], members: list[FlowGroup], frozen_at: dict[FlowGroup, Link] | None
 ) -> list[FlowGroup]:
     """`fill`'s loop for large sets (a cluster of tens of nodes re-fills 100+ groups over as many links):
-    the same choices, the link with the smallest fair share first and the earlier link on a tie, from a
-    heap of `_Share` entries; an entry is stale once its link's share changed."""
-    heap: list[_Share] = []
-    for i, link in enumerate(order):
+    the same choices, the link with the smallest fair share first and the earlier link on a tie.
+
+    NOTE: the heap holds the links themselves, keyed (`fill_share`, `fill_order`), each at its place
+    (`fill_pos`; -1 once out). A freeze changes the shares of the links its groups cross: each moves
+    in place, and a link left without unfrozen flows leaves. So the heap holds only live links and a
+    freeze makes no object, where entries pushed anew at each change (the stale ones skipped when
+    popped) would be made, sifted in and popped at every freeze of a large fill.
+    """
+    heap = order[:]
+    for i in range(len(heap)):
+        link = heap[i]
         link.fill_order = i
-        heap.append(_Share(link.fill_residual / link.fill_count, i, link))
+        link.fill_pos = i
+        link.fill_share = link.fill_residual / link.fill_count
     for pos in range(len(heap) // 2 - 1, -1, -1):  # heapify: each parent down into its subtree
-        _share_sift_down(heap, pos, heap[pos])
+        _link_sift_down(heap, pos, heap[pos])
     frozen: list[FlowGroup] = []
     touched: list[Link] = []  # of one freeze
     while heap:
-        entry = _share_pop(heap)
-        fair = entry.fair
-        bottleneck = entry.link
-        n_left = bottleneck.fill_count
-        if n_left == 0 or bottleneck.fill_residual / n_left != fair:
-            continue  # stale: the link left, or its share changed and a fresh entry was pushed
+        bottleneck = heap[0]
+        _link_remove(heap, bottleneck)
+        fair = bottleneck.fill_share
         _freeze(bottleneck, fair if fair > 0.0 else 0.0, members, frozen, frozen_at, touched)
-        # A fresh entry for each link whose share changed; the order of the pushes is no tie-break (the
-        # heap orders entries by share, then by the link's place in the fill's order).
         for link in touched:
             link.fill_touched = False
+            if link.fill_pos < 0:
+                continue  # the bottleneck, out already
             if link.fill_count:
-                _share_push(heap, _Share(link.fill_residual / link.fill_count, link.fill_order, link))
+                link.fill_share = link.fill_residual / link.fill_count
+                _link_resift(heap, link)
+            else:
+                _link_remove(heap, link)
         touched.clear()
     return frozen
 
 
-@final
-@mypyc_attr(acyclic=True)  # a float, an int and a link that never refers back to it: in no cycle
-class _Share:
-    """A heap entry of `_fill_with_heap`: a link's fair share when pushed, and the link's place in the
-    fill's order (the tie-break). The heap's sifts compare these fields unboxed, where `heapq` on
-    `(share, order, link)` tuples compares through the generic rich comparison, a bool object per pair."""
-
-    __slots__ = ("fair", "order", "link")
-
-    def __init__(self, fair: float, order: int, link: Link) -> None:
-        self.fair = fair
-        self.order = order
-        self.link = link
+def _link_before(a: Link, b: Link) -> bool:
+    """`(a.fill_share, a.fill_order) < (b.fill_share, b.fill_order)`: the heap's order (a total one,
+    each link's place in the fill's order being its own)."""
+    if a.fill_share != b.fill_share:
+        return a.fill_share < b.fill_share
+    return a.fill_order < b.fill_order
 
 
-def _share_before(a: _Share, b: _Share) -> bool:
-    """`(a.fair, a.order) < (b.fair, b.order)`: the order of the tuples these entries stand for."""
-    if a.fair != b.fair:
-        return a.fair < b.fair
-    return a.order < b.order
-
-
-def _share_sift_up(heap: list[_Share], pos: int, entry: _Share, root_pos: int) -> None:
-    """Put `entry` at `pos` or above it up to `root_pos`, moving the later parents down (`heapq`'s
-    `_siftdown`)."""
-    while pos > root_pos:
+def _link_sift_up(heap: list[Link], pos: i64, link: Link, top: i64) -> None:
+    """Put `link` at `pos` or above it, no higher than `top`, moving the later parents down."""
+    while pos > top:
         parent_pos = (pos - 1) >> 1
         parent = heap[parent_pos]
-        if not _share_before(entry, parent):
+        if not _link_before(link, parent):
             break
         heap[pos] = parent
+        parent.fill_pos = pos
         pos = parent_pos
-    heap[pos] = entry
+    heap[pos] = link
+    link.fill_pos = pos
 
 
-def _share_sift_down(heap: list[_Share], pos: int, entry: _Share) -> None:
-    """Put `entry` at `pos` or below it: the hole down to a leaf along the earlier child, then `entry` up
-    from there (`heapq`'s `_siftup`)."""
-    end = len(heap)
-    root_pos = pos
+def _link_sift_down(heap: list[Link], pos: i64, link: Link) -> None:
+    """Put `link` at `pos` or below it: the hole down to a leaf along the earlier child, then `link` up
+    from there, no higher than `pos` (`heapq`'s `_siftup`)."""
+    end: i64 = len(heap)
+    top = pos
     child = 2 * pos + 1
     while child < end:
         right = child + 1
-        if right < end and not _share_before(heap[child], heap[right]):
+        if right < end and not _link_before(heap[child], heap[right]):
             child = right
-        heap[pos] = heap[child]
+        moved = heap[child]
+        heap[pos] = moved
+        moved.fill_pos = pos
         pos = child
         child = 2 * pos + 1
-    _share_sift_up(heap, pos, entry, root_pos)
+    _link_sift_up(heap, pos, link, top)
 
 
-def _share_push(heap: list[_Share], entry: _Share) -> None:
-    heap.append(entry)
-    _share_sift_up(heap, len(heap) - 1, entry, 0)
+def _link_resift(heap: list[Link], link: Link) -> None:
+    """`link`'s key changed: up or down from its place."""
+    pos = link.fill_pos
+    if pos > 0 and _link_before(link, heap[(pos - 1) >> 1]):
+        _link_sift_up(heap, pos, link, 0)
+    else:
+        _link_sift_down(heap, pos, link)
 
 
-def _share_pop(heap: list[_Share]) -> _Share:
-    """The earliest entry, removed; `heap` must not be empty."""
+def _link_remove(heap: list[Link], link: Link) -> None:
+    """Take `link` out of the heap: the last link fills its place and sifts from there."""
+    pos = link.fill_pos
+    link.fill_pos = -1
     last = heap.pop()
-    if not heap:
-        return last
-    top = heap[0]
-    _share_sift_down(heap, 0, last)
-    return top
+    if last is not link:
+        heap[pos] = last
+        last.fill_pos = pos
+        _link_resift(heap, last)
 
 
 # Above this many links in a re-filled set, `fill` keeps its candidates in a heap; below, the linear scan
-# is faster. Measured with the native build (random sets of 2-3-link groups, 2026-11-30): scan / heap
-# 28 / 51 µs at 32 links, 339 / 376 µs at 100, 986 / 865 µs at 200. 2P4D re-fills cross 5-100 links;
-# clusters of tens of nodes cross hundreds.
-_HEAP_FILL_LINKS: Final = 150
+# is faster. Measured with the native build (30 random sets of 0.7 groups per link, each group on 2-3
+# links; best of 5; 2026-12-05): scan / heap 0.8 / 2.2 µs at 16 links, 9.4 / 10.5 at 64, 19.2 / 18.6
+# at 100, 38.1 / 30.5 at 150. 2P4D re-fills cross 5-100 links; clusters of tens of nodes cross hundreds.
+_HEAP_FILL_LINKS: Final = 100
 
 
 def set_bottleneck(g: FlowGroup, link: Link | None) -> None:
