@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
+
 from dualpath.config.specs import SchedulerSpec
 from dualpath.policy.batching import PrefillWork, pack_by_compute_quota, pack_by_token_budget
-from dualpath.policy.de_assign import DeCandidate, assign_within_de_group, route_to_de_groups
+from dualpath.policy.de_assign import DeCandidate, GroupTokens, assign_within_de_group, route_to_de_groups
 from dualpath.policy.pe_assign import PeCandidate, assign_prefill_engines, choose_prefill_engine
 from dualpath.policy.read_path import Split, make_read_path_policy
 from dualpath.policy.scheduler import RequestScheduler
@@ -66,11 +68,22 @@ def test_algorithm1_adds_tokens_and_stops_when_all_over_beta() -> None:
 
 
 def route(requests: list[Request], tok: dict[int, int]) -> list[tuple[int, int]]:
-    """`route_to_de_groups` with the groups' Σtok given as {group id: Σtok} (ids in the dict's order)."""
-    by_id = [0] * (max(tok) + 1)  # only the ids of `tok` are read
+    """`route_to_de_groups` with the groups' Σtok given as {group id: Σtok}."""
+    tokens = GroupTokens(list(tok))
     for group, group_tok in tok.items():
-        by_id[group] = group_tok
-    return route_to_de_groups(requests, list(tok), by_id)
+        tokens[group] = group_tok
+    return route_to_de_groups(requests, tokens)
+
+
+def route_by_scan(requests: list[Request], tok: dict[int, int]) -> list[tuple[int, int]]:
+    """Phase 1 as written in §6.2: each request to the min (Σtok, id), whose Σtok then grows by len_r."""
+    tok = dict(tok)
+    out = []
+    for request in requests:
+        group = min(tok, key=lambda g: (tok[g], g))
+        tok[group] += request.total_tokens
+        out.append((request.request_id, group))
+    return out
 
 
 def test_de_groups_get_requests_by_smallest_group_tokens() -> None:
@@ -79,33 +92,34 @@ def test_de_groups_get_requests_by_smallest_group_tokens() -> None:
     assert [g for _, g in out] == [6, 6, 6]  # group 6 reaches 330 only after the third
     out = route(reqs, {5: 150, 6: 0})
     assert [g for _, g in out] == [6, 6, 5]
+    assert route([make_request(0, prompt=10, hit=0)], {7: 50, 3: 50, 5: 60}) == [(0, 3)]  # tie: lowest id
 
 
-def test_one_request_goes_where_the_first_of_a_burst_would() -> None:
-    """A lone request goes where the first of a burst would; ties go to the lowest group id, whatever
-    the order the groups are listed in."""
-    assert route([make_request(0, prompt=10, hit=0)], {7: 50, 3: 50, 5: 60}) == [(0, 3)]
-    for seed in range(20):
-        tok = {g: (g * 7919 + seed * 104729) % 5 * 100 for g in range(10, 30)}
-        one = route([make_request(0, prompt=10, hit=0)], tok)
-        burst = route([make_request(0, prompt=10, hit=0), make_request(1, prompt=10, hit=0)], tok)
-        assert one == burst[:1]
-
-
-def test_a_burst_goes_where_one_request_at_a_time_would() -> None:
-    """A burst of any size goes where its requests would go one after another,
-    each adding its len_r to its group's Σtok before the next."""
+def test_routing_matches_the_scan_of_every_group() -> None:
+    """Bursts of any size, with many ties, go where the rule's plain scan sends them."""
     for seed in range(10):
-        for size in (2, 5, 8, 9, 30):
+        for size in (1, 2, 5, 8, 9, 30):
             start = {g: (g * 7919 + seed * 104729) % 7 * 100 for g in range(40, 10, -3)}
-            tok = dict(start)
             burst = [make_request(i, prompt=50 + (i * 37 + seed) % 400, hit=0) for i in range(size)]
-            one_by_one = []
-            for request in burst:
-                ((rid, group),) = route([request], tok)
-                tok[group] += request.total_tokens
-                one_by_one.append((rid, group))
-            assert route(burst, start) == one_by_one
+            assert route(burst, start) == route_by_scan(burst, start)
+
+
+def test_group_tokens_keep_the_smallest_group_through_random_changes() -> None:
+    import random
+
+    rng = random.Random(7)
+    ids = rng.sample(range(200), 40)
+    tokens, tok = GroupTokens(ids), dict.fromkeys(ids, 0)
+    for _ in range(3000):
+        group = rng.choice(ids)
+        tok[group] = rng.choice([0, tok[group], rng.randrange(5) * 100, rng.randrange(10**6)])
+        tokens[group] = tok[group]
+        assert tokens.smallest() == min(ids, key=lambda g: (tok[g], g))
+        assert all(tokens[g] == tok[g] for g in ids[:5])
+    with pytest.raises(KeyError):
+        tokens[max(ids) + 1] = 0
+    with pytest.raises(ValueError, match="distinct"):
+        GroupTokens([3, 3])
 
 
 def de(engine: int, seq: int, tok: int, free: int) -> DeCandidate:
@@ -206,3 +220,23 @@ def test_scheduler_places_de_then_pe_and_logs_read_side() -> None:
     # Equal queues: PE side first; then the PE node's queue is longer, so the DE side reads.
     assert [a.side.value for a in out] == ["pe_read", "de_read", "pe_read"]
     assert s.log.assignments == out
+
+
+def test_node_set_answers_as_a_set_and_lists_its_members_in_id_order() -> None:
+    import random
+
+    from dualpath.policy.scheduler import NodeSet
+
+    rng = random.Random(3)
+    nodes, reference = NodeSet(64), set()
+    for step in range(4000):
+        node_id = rng.randrange(64)
+        if rng.random() < 0.5:
+            nodes.add(node_id)
+            reference.add(node_id)
+        else:
+            nodes.discard(node_id)
+            reference.discard(node_id)
+        assert (node_id in nodes) == (node_id in reference)
+        if step % 7 == 0:
+            assert nodes.in_order() == sorted(reference)

@@ -7,6 +7,9 @@ scheduler reserves it when the request is placed on a DE, so decode never preemp
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import final
+
+from mypy_extensions import i64, mypyc_attr
 
 from dualpath.records import fields_repr
 from dualpath.request import Request
@@ -34,30 +37,113 @@ class DeCandidate:
         return fields_repr(self, _DE_CANDIDATE_FIELDS)
 
 
-def route_to_de_groups(
-    requests: Sequence[Request], groups: list[int], tok_by_group: Sequence[int]
-) -> list[tuple[int, int]]:
-    """Phase 1: each request goes to the group with the smallest Σtok (then lowest group id).
+@final
+@mypyc_attr(acyclic=True)  # plain numbers: in no reference cycle
+class _GroupTok:
+    """One DE group in `GroupTokens`: its node id, its Σtok and its place in the heap."""
 
-    `groups`: the DE groups' ids, in any order; `tok_by_group[g]`: group g's Σtok (a list indexed by
-    id, read for the ids in `groups` only). Σtok grows by len_r as requests are routed, so a burst
-    spreads over the groups: each request scans the groups' Σtok as the requests before it left them.
+    __slots__ = ("node_id", "tok", "pos")
 
-    NOTE: O(groups) per request, in plain int compares. It runs at every DE fetch that finds the
-    global queue non-empty, mostly with one to a few requests; a heap of (Σtok, id) tuples, O(log
-    groups) per request, made a tuple per group at every call and compared them through the generic
-    comparison (96 DE groups at 48P96D: 6 % of that run's time, benchmarks/README.md).
+    def __init__(self, node_id: i64, pos: i64) -> None:
+        self.node_id = node_id
+        self.tok: i64 = 0
+        self.pos = pos
+
+
+def _smaller(a: _GroupTok, b: _GroupTok) -> bool:
+    """`(a.tok, a.node_id) < (b.tok, b.node_id)`: phase 1's order (smallest Σtok, then lowest id)."""
+    if a.tok != b.tok:
+        return a.tok < b.tok
+    return a.node_id < b.node_id
+
+
+class GroupTokens:
+    """Σtok per DE group (the scheduler's view: each group's last report plus what was routed to it since),
+    with the group phase 1 picks next at hand: the smallest Σtok, then the lowest id.
+
+    NOTE: an indexed heap of the groups, each moving in place when its Σtok changes (O(log groups));
+    phase 1 reads its top. Phase 1 runs at every DE fetch that finds the global queue non-empty, once
+    per request of it; a scan of every group's Σtok there costs O(groups) per request (96 DE groups at
+    48P96D, where such scans took 6 % of the run: benchmarks/README.md).
     """
-    tok = [tok_by_group[group] for group in groups]  # as the requests routed so far leave them
+
+    def __init__(self, node_ids: Sequence[int]) -> None:
+        if len(set(node_ids)) != len(node_ids) or min(node_ids, default=0) < 0:
+            raise ValueError(f"DE group ids must be distinct and >= 0, got {list(node_ids)}")
+        order = sorted(node_ids)  # all Σtok 0: in id order, a heap already
+        self._heap = [_GroupTok(node_id, pos) for pos, node_id in enumerate(order)]
+        self._by_node: list[_GroupTok | None] = [None] * (order[-1] + 1 if order else 0)
+        for group in self._heap:
+            self._by_node[group.node_id] = group
+
+    def _group(self, node_id: int) -> _GroupTok:
+        group = self._by_node[node_id] if 0 <= node_id < len(self._by_node) else None
+        if group is None:
+            raise KeyError(f"no DE group {node_id}")
+        return group
+
+    def __getitem__(self, node_id: int) -> int:
+        return self._group(node_id).tok
+
+    def __setitem__(self, node_id: int, tok: int) -> None:
+        group = self._group(node_id)
+        if group.tok == tok:
+            return
+        group.tok = tok
+        heap = self._heap
+        pos = group.pos
+        if pos > 0 and _smaller(group, heap[(pos - 1) >> 1]):
+            _sift_up(heap, pos, group)
+        else:
+            _sift_down(heap, pos, group)
+
+    def smallest(self) -> int:
+        """The id of the group with the smallest Σtok (the lowest id on a tie)."""
+        if not self._heap:
+            raise ValueError("no DE group to route to")
+        return self._heap[0].node_id
+
+
+def _sift_up(heap: list[_GroupTok], pos: i64, group: _GroupTok) -> None:
+    while pos > 0:
+        parent_pos = (pos - 1) >> 1
+        parent = heap[parent_pos]
+        if not _smaller(group, parent):
+            break
+        heap[pos] = parent
+        parent.pos = pos
+        pos = parent_pos
+    heap[pos] = group
+    group.pos = pos
+
+
+def _sift_down(heap: list[_GroupTok], pos: i64, group: _GroupTok) -> None:
+    end: i64 = len(heap)
+    while True:
+        child = 2 * pos + 1
+        if child >= end:
+            break
+        right = child + 1
+        if right < end and _smaller(heap[right], heap[child]):
+            child = right
+        if not _smaller(heap[child], group):
+            break
+        moved = heap[child]
+        heap[pos] = moved
+        moved.pos = pos
+        pos = child
+    heap[pos] = group
+    group.pos = pos
+
+
+def route_to_de_groups(requests: Sequence[Request], tok: GroupTokens) -> list[tuple[int, int]]:
+    """Phase 1: each request goes to the group with the smallest Σtok (then lowest group id), whose Σtok
+    grows by the request's len_r at once (in `tok`), so a burst spreads over the groups."""
     out: list[tuple[int, int]] = []
     for request in requests:
-        best, best_group, best_tok = -1, -1, 0
-        for i in range(len(groups)):
-            group, group_tok = groups[i], tok[i]
-            if best < 0 or group_tok < best_tok or (group_tok == best_tok and group < best_group):
-                best, best_group, best_tok = i, group, group_tok
-        tok[best] = best_tok + request.total_tokens
-        out.append((request.request_id, best_group))
+        group = tok.smallest()
+        tok[group] = tok[group] + request.total_tokens
+        out.append((request.request_id, group))
     return out
 
 

@@ -20,7 +20,7 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 
 from dualpath.config.specs import SchedulerSpec
-from dualpath.policy.de_assign import DeCandidate, assign_within_de_group, route_to_de_groups
+from dualpath.policy.de_assign import DeCandidate, GroupTokens, assign_within_de_group, route_to_de_groups
 from dualpath.policy.decisions import Assignment, DecisionLog
 from dualpath.policy.pe_assign import PeCandidate, choose_prefill_engine
 from dualpath.policy.read_path import ReadPathPolicy
@@ -28,6 +28,50 @@ from dualpath.policy.types import EngineLoad, NodeReadState
 from dualpath.request import Phase, Request
 
 SCHEDULINGS = ("dualpath", "round-robin")
+
+
+class NodeSet:
+    """A set of node ids (small ints >= 0, below `size`): add, discard and membership by a flag per id,
+    its members listed in id order (`in_order`).
+
+    NOTE: the DE groups due a visit are marked at most changes of the cluster and listed at every
+    fetch; a `set[int]` boxes each id it is given and, listed, walks every slot of its table, which
+    keeps the size of its fullest moment (96 DE groups at 48P96D: 2 % of that run in iterating them,
+    benchmarks/README.md). Here a member is also in `_listed` (once: `_on_list`); ids that left stay
+    there until the next listing drops them.
+    """
+
+    __slots__ = ("_member", "_on_list", "_listed")
+
+    def __init__(self, size: int) -> None:
+        self._member = [False] * size
+        self._on_list = [False] * size
+        self._listed: list[int] = []
+
+    def __contains__(self, node_id: int) -> bool:
+        return self._member[node_id]
+
+    def add(self, node_id: int) -> None:
+        self._member[node_id] = True
+        if not self._on_list[node_id]:
+            self._on_list[node_id] = True
+            self._listed.append(node_id)
+
+    def discard(self, node_id: int) -> None:
+        self._member[node_id] = False
+
+    def in_order(self) -> list[int]:
+        """The members, in increasing id order."""
+        member, on_list = self._member, self._on_list
+        kept: list[int] = []
+        for node_id in self._listed:
+            if member[node_id]:
+                kept.append(node_id)
+            else:
+                on_list[node_id] = False
+        kept.sort()
+        self._listed = kept[:]
+        return kept
 
 
 class RequestScheduler:
@@ -84,10 +128,8 @@ class RequestScheduler:
         # (`_pe_candidates`, `_de_candidates`): used during the fetch only, not built anew each time.
         self._pe_cands: dict[int, list[PeCandidate]] = {}
         self._de_cands: dict[int, list[DeCandidate]] = {}
-        # Σ tok per DE group, last report + routed, indexed by node id (0 for PE nodes): phase 1 reads
-        # every group's per request (`route_to_de_groups`).
-        self._de_ids = list(self._de_nodes)
-        self._group_tok = [0] * num_nodes
+        # Σ tok per DE group, last report + routed, with phase 1's next group at hand (`GroupTokens`).
+        self._group_tok = GroupTokens(list(self._de_nodes))
         self._global: deque[Request] = deque()
         self._de_queues: dict[int, deque[Request]] = {n: deque() for n in self._de_nodes}
         # Σ of the DE group queues' lengths: `waiting` runs on every driver poke, and a sum over the
@@ -102,11 +144,14 @@ class RequestScheduler:
         # DE groups whose private queue could move at their next fetch (`has_de_work`): routed to since
         # their last fetch, or one of their DEs freed since. A fetch leaves its group out of it: phase 2
         # is deterministic, so an unchanged queue stops at the same head again.
-        self._de_pending: set[int] = set()
+        self._de_pending = NodeSet(num_nodes)
         # Speed only, same decisions (`de_groups_to_visit`): DE groups whose read queue or Σtok may differ
         # from what `_read_q` / `_group_tok` hold (marked wherever either side changes), so their report
         # would write something new.
-        self._de_report_due: set[int] = set()
+        self._de_report_due = NodeSet(num_nodes)
+        self._is_de_node = [False] * num_nodes
+        for n in self._de_nodes:
+            self._is_de_node[n] = True
         self._rr_pe = 0
         # Nodes that died (`ClusterCore.on_node_down`): round robin skips them.
         self.down_nodes: set[int] = set()
@@ -144,7 +189,7 @@ class RequestScheduler:
     def check_de_views(self, reports: Mapping[int, tuple[int, int]]) -> None:
         """Every pending DE group has a queue, and every DE group not due for a report holds its report
         already; `reports`: node -> (read_q_tokens, Σ tok_e) now (two-phase scheduling)."""
-        assert all(self._de_queues[n] for n in self._de_pending), self._de_pending
+        assert all(self._de_queues[n] for n in self._de_pending.in_order()), self._de_pending.in_order()
         for node_id, (read_q_tokens, tok) in reports.items():
             if node_id not in self._de_report_due:
                 assert self._read_q[node_id] == read_q_tokens, (node_id, self._read_q[node_id], read_q_tokens)
@@ -192,7 +237,7 @@ class RequestScheduler:
 
     def mark_de_report_due(self, node_id: int) -> None:
         """The node's read queue or its DEs' Σtok changed (a no-op for a PE node): report it next fetch."""
-        if node_id in self._de_queues:
+        if 0 <= node_id < len(self._is_de_node) and self._is_de_node[node_id]:
             self._de_report_due.add(node_id)
 
     @property
@@ -203,12 +248,12 @@ class RequestScheduler:
         """DE groups with ids above `after` whose fetch could place something or change a report, in id
         order; for every other group a fetch would report what the scheduler already holds and place
         nothing (with the global queue empty), so a leader loop may skip them (speed only)."""
+        visit = [n for n in self._de_report_due.in_order() if n > after]
         due = self._de_report_due
-        visit = [n for n in due if n > after]  # and the pending ones not due (no union set built)
-        for n in self._de_pending:
-            if n > after and n not in due:
-                visit.append(n)
-        visit.sort()
+        pending = [n for n in self._de_pending.in_order() if n > after and n not in due]
+        if pending:  # a pending group not due a report (rare): merged in, in id order
+            visit += pending
+            visit.sort()
         return visit
 
     def note_de_group(self, node_id: int, *, read_q_tokens: int, tok: int) -> None:
@@ -243,13 +288,11 @@ class RequestScheduler:
                 group_tok += load.tok
             self._group_tok[node_id] = group_tok
             self._de_report_due.discard(node_id)  # its view is its report now (routing may change it)
-            routed = (
-                route_to_de_groups(list(self._global), self._de_ids, self._group_tok) if self._global else []
-            )
+            # Phase 1 adds each routed request's len_r to its group's Σtok.
+            routed = route_to_de_groups(list(self._global), self._group_tok) if self._global else []
             for rid, group in routed:
                 request = self._global.popleft()
                 assert request.request_id == rid
-                self._group_tok[group] += request.total_tokens
                 self._de_queues[group].append(request)
                 self._de_queued += 1
                 self._de_pending.add(group)
