@@ -2,25 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
-import sys
-from pathlib import Path
+from collections.abc import Callable
 from types import ModuleType
 
 import pytest
 
-SCRIPT = Path(__file__).parents[2] / "benchmarks" / "sim_instructions.py"
-
 
 @pytest.fixture(scope="module")
-def script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("sim_instructions", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+def script(benchmark_script: Callable[[str], ModuleType]) -> ModuleType:
+    return benchmark_script("sim_instructions")
 
 
 def test_reads_the_count_callgrind_prints_at_exit(script: ModuleType) -> None:

@@ -64,7 +64,9 @@ class GroupTokens:
     NOTE: an indexed heap of the groups, each moving in place when its Σtok changes (O(log groups));
     phase 1 reads its top. Phase 1 runs at every DE fetch that finds the global queue non-empty, once
     per request of it; a scan of every group's Σtok there costs O(groups) per request (96 DE groups at
-    48P96D, where such scans took 6 % of the run: benchmarks/README.md).
+    48P96D, where such scans took 6 % of the run: benchmarks/README.md). Its sifts are its own, as
+    the kernel's and the fill's are: each heap compares its own type's fields unboxed, where a shared
+    generic one would compare through the generic comparison.
     """
 
     def __init__(self, node_ids: Sequence[int]) -> None:
