@@ -107,6 +107,7 @@ class GroupTokens:
 
 
 def _sift_up(heap: list[_GroupTok], pos: i64, group: _GroupTok) -> None:
+    """Put `group` at `pos` or above it, moving the later parents down (each keeps its `pos`)."""
     while pos > 0:
         parent_pos = (pos - 1) >> 1
         parent = heap[parent_pos]
@@ -120,6 +121,7 @@ def _sift_up(heap: list[_GroupTok], pos: i64, group: _GroupTok) -> None:
 
 
 def _sift_down(heap: list[_GroupTok], pos: i64, group: _GroupTok) -> None:
+    """Put `group` at `pos` or below it, moving the earlier children up (each keeps its `pos`)."""
     end: i64 = len(heap)
     while True:
         child = 2 * pos + 1
