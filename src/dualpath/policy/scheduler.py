@@ -248,8 +248,8 @@ class RequestScheduler:
         """DE groups with ids above `after` whose fetch could place something or change a report, in id
         order; for every other group a fetch would report what the scheduler already holds and place
         nothing (with the global queue empty), so a leader loop may skip them (speed only)."""
-        visit = [n for n in self._de_report_due.in_order() if n > after]
         due = self._de_report_due
+        visit = [n for n in due.in_order() if n > after]
         pending = [n for n in self._de_pending.in_order() if n > after and n not in due]
         if pending:  # a pending group not due a report (rare): merged in, in id order
             visit += pending
