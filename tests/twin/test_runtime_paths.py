@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import tempfile
 import types
 from pathlib import Path
 
@@ -39,8 +40,11 @@ def _run(cal, trace=TRACE, **overheads: float) -> dict:  # type: ignore[no-untyp
     return metrics_from_sim(sim.run(), spec)
 
 
-def test_http_legs_against_the_real_api_app() -> None:
+def test_http_legs_against_the_real_api_app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TMPDIR", str(tmp_path))  # this process's and the server's temporary folder
+    monkeypatch.setattr(tempfile, "tempdir", None)  # read again from TMPDIR
     m = measure_http((16, 256), 3, lambda _: None, block_tokens=16)
+    assert list(tmp_path.iterdir()) == []  # the no-op server's store folder is gone with it
     assert m["prompt_tokens"] == [16] * 3 + [256] * 3
     assert all(0 < t < 1.0 for t in m["first_chunk_s"])  # loopback, a no-op backend
     terms = http_terms(m)

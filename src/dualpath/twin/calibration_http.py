@@ -70,7 +70,7 @@ class NullBackend:
             yield TokenChunk(token_ids=(i % _VOCAB,), finish_reason="length" if last else None)
 
 
-def _serve(port: int, block_tokens: int) -> None:
+def _serve(port: int, block_tokens: int, store_dir: str) -> None:
     """The API as `serve` runs it: inside its request limits (`runtime.limits` reads the body first)."""
     import uvicorn
 
@@ -78,11 +78,10 @@ def _serve(port: int, block_tokens: int) -> None:
     from dualpath.runtime.api import build_app
     from dualpath.runtime.limits import RequestLimits, ServeLimits
 
-    with tempfile.TemporaryDirectory(prefix="dualpath-calibration-store-") as store:
-        backend = NullBackend(FileStore(store, capacity_bytes=2**40), block_tokens)
-        app = RequestLimits(build_app(backend), ServeLimits())
-        config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
-        uvicorn.Server(config).run()
+    backend = NullBackend(FileStore(store_dir, capacity_bytes=2**40), block_tokens)
+    app = RequestLimits(build_app(backend), ServeLimits())
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
+    uvicorn.Server(config).run()
 
 
 def _process_cpu_s(pid: int) -> float:
@@ -148,14 +147,17 @@ def measure_http(prompts: Sequence[int], repeats: int, tick: Tick, *, block_toke
     from dualpath.runtime.launcher import free_port, stop_process, wait_healthy
 
     port = free_port()
-    args = ["--port", str(port), "--block-tokens", str(block_tokens)]
-    server = subprocess.Popen([sys.executable, "-m", "dualpath.twin.calibration_http", *args])
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_healthy(url, _START_TIMEOUT_S, server)  # raises if it died or did not come up
-        return asyncio.run(_measure(url, server.pid, prompts, repeats, tick))
-    finally:
-        stop_process(server)
+    # The store's folder is this process's to remove: the server ends by SIGTERM, which uvicorn re-raises
+    # after its shutdown, so no cleanup of the server's own would run.
+    with tempfile.TemporaryDirectory(prefix="dualpath-calibration-store-") as store_dir:
+        args = ["--port", str(port), "--block-tokens", str(block_tokens), "--store-dir", store_dir]
+        server = subprocess.Popen([sys.executable, "-m", "dualpath.twin.calibration_http", *args])
+        url = f"http://127.0.0.1:{port}"
+        try:
+            wait_healthy(url, _START_TIMEOUT_S, server)  # raises if it died or did not come up
+            return asyncio.run(_measure(url, server.pid, prompts, repeats, tick))
+        finally:
+            stop_process(server)
 
 
 def http_terms(m: dict[str, Any]) -> dict[str, float]:
@@ -183,6 +185,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="no-op DualPath API server for `dualpath calibrate`")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--block-tokens", type=int, required=True)  # the calibrated cluster's
+    parser.add_argument("--store-dir", required=True)  # an empty folder the caller removes
     _serve(**vars(parser.parse_args(argv)))
 
 
