@@ -15,6 +15,9 @@ from typing import Any
 
 import httpx
 
+from dualpath.integrations.vllm.config import ConnectorConfig
+from dualpath.transfer.shm_backend import default_ipc_address
+
 SERVER_START_S = 300.0
 
 
@@ -77,3 +80,15 @@ def vllm_server(
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+            _remove_notice_sockets(ConnectorConfig.from_extra(kv_extra))
+
+
+def _remove_notice_sockets(config: ConnectorConfig) -> None:
+    """The ipc socket files of the stopped server's endpoints: vLLM's shutdown on SIGTERM does not close
+    the connector, so its endpoints never unlink them (shared-memory transport only; tcp has none)."""
+    if config.transport != "shm":
+        return
+    for endpoint in (config.endpoint, config.de_serve_endpoint):
+        if endpoint:
+            address = default_ipc_address(config.namespace, endpoint)
+            Path(address.removeprefix("ipc://")).unlink(missing_ok=True)
