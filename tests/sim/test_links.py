@@ -338,3 +338,29 @@ def test_fill_heap_path_makes_the_same_choices_as_the_scan(seed: int) -> None:
 
     scan, heap = run(10**9), run(0)
     assert scan == heap  # the same order of freezes, rates (exactly) and bottleneck links
+
+
+def test_a_flow_finds_its_paths_group_on_the_links_and_groups_leave_in_order() -> None:
+    # A path's group is found among the groups of its links (no dict by path): an equal path given as
+    # another tuple or a list joins the same group; another class, a sub-path or a longer path do not.
+    # A group leaving a link keeps the others in joining order, and the slots it used hold the placeholder.
+    sim, net, _ = make_net()
+    a, b, c = net.add_link("a", GB), net.add_link("b", GB), net.add_link("c", GB)
+    f1 = net.start_flow(GB, (a, b), LOW, lambda: None)
+    f2 = net.start_flow(GB, [a, b], LOW, lambda: None)  # equal path, another object
+    f3 = net.start_flow(GB, (a, b), HIGH, lambda: None)
+    f4 = net.start_flow(GB, (a,), LOW, lambda: None)
+    f5 = net.start_flow(GB, (a, b, c), LOW, lambda: None)
+    f6 = net.start_flow(GB, (b, a), LOW, lambda: None)
+    assert f1._group is f2._group and f1._group.num_flows == 2
+    groups = [f._group for f in (f1, f3, f4, f5, f6)]
+    assert len({id(g) for g in groups}) == 5 and net.num_groups == 5
+    assert a.groups == groups and b.groups == [groups[0], groups[1], groups[3], groups[4]]
+    net.abort_flow(f3)
+    net.abort_flow(f4)
+    assert a.groups == [groups[0], groups[3], groups[4]] and net.num_groups == 3
+    assert a.num_groups == 3 and all(g is FREE_SLOT for g in a.group_slots[3:])
+    f7 = net.start_flow(GB, (a,), LOW, lambda: None)  # joins at the end, in a kept slot
+    assert a.groups == [groups[0], groups[3], groups[4], f7._group] and len(a.group_slots) == 5
+    sim.run()
+    assert net.num_groups == 0 and a.num_groups == 0 and all(g is FREE_SLOT for g in a.group_slots)

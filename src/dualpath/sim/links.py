@@ -40,11 +40,13 @@ from mypy_extensions import i64, mypyc_attr
 from dualpath.sim.kernel import EventHandle, Simulator
 from dualpath.sim.links_fill import (
     FlowGroup,
+    add_group,
     bottlenecked_on,
     fill,
     find_violations,
     free_slots,
     put_at,
+    remove_group,
     set_bottleneck,
     was_saturated,
 )
@@ -74,7 +76,8 @@ class Link:
         "capacity_bytes_per_s",
         "latency_s",
         "num_flows",
-        "groups",
+        "group_slots",
+        "num_groups",
         "bottlenecked",
         "rate_high",
         "rate_low",
@@ -110,10 +113,12 @@ class Link:
         self.capacity_bytes_per_s = float(capacity_bytes_per_s)
         self.latency_s = float(latency_s)
         self.num_flows = 0  # active flows now
-        # Flow groups crossing it, in the order they joined; groups whose remembered bottleneck it is. Lists,
+        # Flow groups crossing it, in the order they joined: the first `num_groups` of `group_slots`, a list
+        # that keeps its slots (`add_group`, `remove_group`); groups whose remembered bottleneck it is. Lists,
         # not dicts: a link holds a few groups at a time (7 at most in mid-run censuses of 12P24D and 48P96D),
         # so a removal's scan is short, and the fill's loops over them index an array, not dict entries.
-        self.groups: list[FlowGroup] = []
+        self.group_slots: list[FlowGroup] = []
+        self.num_groups: i64 = 0
         self.bottlenecked: list[FlowGroup] = []
         self.rate_high = 0.0
         self.rate_low = 0.0
@@ -150,6 +155,11 @@ class Link:
     @property
     def rate_bytes_per_s(self) -> float:
         return self.rate_high + self.rate_low
+
+    @property
+    def groups(self) -> list[FlowGroup]:
+        """The flow groups crossing it, in the order they joined (a new list: inspection and tests)."""
+        return self.group_slots[: self.num_groups]
 
     @property
     def flows(self) -> tuple[Flow, ...]:
@@ -283,8 +293,7 @@ class LinkNetwork:
         "flows_started",
         "flows_completed",
         "recomputes",
-        "_high_groups",
-        "_low_groups",
+        "_num_groups",
         "_num_high",
         "_num_low",
         "_was_mixed",
@@ -312,14 +321,12 @@ class LinkNetwork:
         self.flows_started = 0
         self.flows_completed = 0
         self.recomputes = 0
-        # The flow group of each path with active flows, per class, keyed by the path tuple itself (the
-        # driver passes one tuple per path, so a lookup hashes it and matches it by identity). An emptied
-        # group leaves (`_detach`) and the path's next flow makes a new one: a large cluster has tens of
-        # thousands of paths (one per PE GPU and DE node pair and direction) but a few hundred active at a
-        # time, and kept groups made these dicts and the groups themselves memory that every flow's
-        # start missed in (benchmarks/README.md); a freed group's memory is reused, warm, by the next.
-        self._high_groups: dict[tuple[Link, ...], FlowGroup] = {}
-        self._low_groups: dict[tuple[Link, ...], FlowGroup] = {}
+        # A path with active flows has one flow group per class, found on its links (`_group_of`). An
+        # emptied group leaves its links (`_detach`) and the path's next flow makes a new one: a large
+        # cluster has tens of thousands of paths (one per PE GPU and DE node pair and direction) but a
+        # few hundred active at a time, and kept groups were memory that every flow's start missed in
+        # (benchmarks/README.md); a freed group's memory is reused, warm, by the next.
+        self._num_groups: i64 = 0
         self._num_high: i64 = 0  # active flows per class: the fast path needs one class only
         self._num_low: i64 = 0
         self._was_mixed = False
@@ -340,7 +347,7 @@ class LinkNetwork:
     @property
     def num_groups(self) -> int:
         """Flow groups with active flows (one per class and path)."""
-        return len(self._high_groups) + len(self._low_groups)
+        return self._num_groups
 
     def add_link(
         self, name: str, capacity_bytes_per_s: float, *, latency_s: float = 0.0, record: bool = False
@@ -401,12 +408,12 @@ class LinkNetwork:
         flow._handle = None
         high = flow.traffic_class is TrafficClass.HIGH
         path = flow.path
-        groups = self._high_groups if high else self._low_groups
-        group = groups.get(path)
+        group = _group_of(path, high)
         if group is None:  # a new group, onto its links at the end of each link's order
-            group = groups[path] = FlowGroup(path, high, now_s)
+            group = FlowGroup(path, high, now_s)
+            self._num_groups += 1
             for link in path:
-                link.groups.append(group)
+                add_group(link, group)
         self._mark_dirty(group)
         rate = group.rate  # joins at its group's rate until the update at the end of this instant
         group.vtime_bytes += rate * (now_s - group.last_s)
@@ -473,10 +480,9 @@ class LinkNetwork:
                 link._note_rate(now_s)
         if group.num_flows == 0:  # off its links and its path (an emptied group in this instant's update
             # stays in `_dirty_groups` until the update; the path's next flow makes a new group)
-            groups = self._high_groups if high else self._low_groups
-            del groups[path]
+            self._num_groups -= 1
             for link in path:
-                link.groups.remove(group)
+                remove_group(link, group)
                 if rate >= link.top_rate:
                     link.top_rate = -1.0  # it may have been the fastest
             set_bottleneck(group, None)
@@ -704,6 +710,35 @@ class LinkNetwork:
             g.handle = self.sim.schedule(delay_s, self._group_due_callback, g)
 
 
+def _group_of(path: tuple[Link, ...], high: bool) -> FlowGroup | None:
+    """The group of `path` and class `high` if it has active flows, else None.
+
+    NOTE: found among the groups of the path's link with the fewest (every group of the path crosses
+    each of its links; a link holds a few groups at a time), by its path's links, compared by identity
+    as tuple equality compares `Link`s: no dict keyed by path, whose every lookup, insertion and
+    deletion hashed the path tuple link by link (≈ 3 % of a 2P4D run's instructions, benchmarks/README.md).
+    """
+    fewest = path[0]
+    for link in path:
+        if link.num_groups < fewest.num_groups:
+            fewest = link
+    slots = fewest.group_slots
+    for i in range(fewest.num_groups):
+        g = slots[i]
+        if g.high == high and _same_links(g.path, path):
+            return g
+    return None
+
+
+def _same_links(a: tuple[Link, ...], b: tuple[Link, ...]) -> bool:
+    """`a == b` for two paths (links compare by identity), without the generic comparison per link."""
+    if a is b:
+        return True
+    if len(a) != len(b):
+        return False
+    return all(a[i] is b[i] for i in range(len(a)))  # the native build compiles it to a loop
+
+
 def _rates(groups: list[FlowGroup]) -> dict[FlowGroup, float]:
     """A fill's result as a dict (the two-class passes combine several fills of the same groups)."""
     return {g: g.fill_rate for g in groups}
@@ -719,7 +754,9 @@ def _component(seeds: list[FlowGroup]) -> dict[FlowGroup, None]:
         if link in seen_links:
             continue
         seen_links[link] = None
-        for g in link.groups:
+        slots = link.group_slots
+        for i in range(link.num_groups):
+            g = slots[i]
             if g not in groups:
                 groups[g] = None
                 frontier.extend(g.path)

@@ -105,6 +105,32 @@ def put_at(items: list[FlowGroup], index: i64, group: FlowGroup) -> None:
 FREE_SLOT: Final = FlowGroup((), False, 0.0)
 
 
+def add_group(link: Link, group: FlowGroup) -> None:
+    """`group` joins `link`'s groups (`Link.group_slots`), after the others."""
+    put_at(link.group_slots, link.num_groups, group)
+    link.num_groups += 1
+
+
+def remove_group(link: Link, group: FlowGroup) -> None:
+    """`group` leaves `link`'s groups; the later ones move up a slot, in order, and the last slot used
+    gets `FREE_SLOT`.
+
+    NOTE: the slots stay. A list that removes its items (`list.remove`, `pop`) gives its storage back
+    when it empties, and the next group to join allocates it again: a link of a 2P4D run empties and
+    fills again with most flows, two reallocations per group per link (benchmarks/README.md).
+    """
+    slots = link.group_slots
+    last = link.num_groups - 1
+    i: i64 = 0
+    while slots[i] is not group:  # groups compare by identity, as `list.remove` would find it
+        i += 1
+    while i < last:
+        slots[i] = slots[i + 1]
+        i += 1
+    slots[last] = FREE_SLOT
+    link.num_groups = last
+
+
 def free_slots(items: list[FlowGroup], count: i64) -> None:
     """Put `FREE_SLOT` in the first `count` slots, at the end of their use.
 
@@ -383,7 +409,9 @@ def set_bottleneck(g: FlowGroup, link: Link | None) -> None:
 def _top_rate(link: Link) -> float:
     """Largest per-flow rate on `link` with the re-filled groups (`refill`) at their new rates (`fill_rate`)."""
     top = 0.0
-    for g in link.groups:
+    slots = link.group_slots
+    for i in range(link.num_groups):
+        g = slots[i]
         r = g.fill_rate if g.refill else g.rate
         if r > top:
             top = r
@@ -396,8 +424,9 @@ def cached_top_rate(link: Link) -> float:
     top = link.top_rate
     if top < 0.0:
         top = 0.0
-        for g in link.groups:
-            r = g.rate
+        slots = link.group_slots
+        for i in range(link.num_groups):
+            r = slots[i].rate
             if r > top:
                 top = r
         link.top_rate = top
@@ -408,7 +437,9 @@ def bottlenecked_on(link: Link, into: list[FlowGroup]) -> None:
     """Append to `into` the groups at the largest rate on `link` (its bottlenecked ones, if the link is
     saturated) that are not re-filled yet, marking them re-filled (`refill`)."""
     top = cached_top_rate(link) * (1.0 - SAT_RTOL)
-    for g in link.groups:
+    slots = link.group_slots
+    for i in range(link.num_groups):
+        g = slots[i]
         if g.rate >= top and not g.refill:
             g.refill = True
             into.append(g)
@@ -507,7 +538,9 @@ def find_violations(refilled: list[FlowGroup], update: i64) -> list[FlowGroup]:
         for link in g.path:
             if link.vio_sat != _SAT:
                 continue
-            for h in link.groups:
+            slots = link.group_slots
+            for j in range(link.num_groups):
+                h = slots[j]
                 if not h.refill and h.rate * tol > r:
                     gave_way = True
                     if not h.vio_seen:
@@ -515,7 +548,9 @@ def find_violations(refilled: list[FlowGroup], update: i64) -> list[FlowGroup]:
                         grow.append(h)
         if not gave_way:
             for link in g.path:
-                for h in link.groups:
+                slots = link.group_slots
+                for j in range(link.num_groups):
+                    h = slots[j]
                     if not h.refill and not h.vio_seen:
                         h.vio_seen = True
                         grow.append(h)
