@@ -220,8 +220,8 @@ def test_a_path_emptied_and_joined_in_one_instant_starts_afresh() -> None:
 
 
 def test_the_rate_updates_scratch_lists_hold_no_group_between_updates() -> None:
-    # `links_fill.free_slots`: between updates, the slots of the network's fill list and dirty list
-    # hold the placeholder, not groups of past updates (releasing a long-gone group at the slot's next
+    # `links_fill.free_slots`: between updates, the slots of the network's fill list, dirty list and
+    # violation candidates hold the placeholder, not groups of past updates (releasing a long-gone group at the slot's next
     # use was a cache miss on a large cluster). Parking lot: fills of several groups.
     sim, net, fin = make_net()
     a, b = net.add_link("a", 10 * GB), net.add_link("b", 6 * GB)
@@ -233,9 +233,12 @@ def test_the_rate_updates_scratch_lists_hold_no_group_between_updates() -> None:
     assert all(g is FREE_SLOT for g in net._fill_members)  # noqa: SLF001
     assert all(link.fill_len == 0 for link in (a, b))
     assert net._dirty_groups and all(g is FREE_SLOT for g in net._dirty_groups)  # noqa: SLF001
+    assert net._vio_groups and all(g is FREE_SLOT for g in net._vio_groups)  # noqa: SLF001 (find_violations)
+    assert all(not link.vio_new and link.vio_top == -1.0 for link in (a, b))
     sim.run()
     assert set(fin) == {"ab", "a", "b"}
     assert all(g is FREE_SLOT for g in net._fill_members)  # noqa: SLF001
+    assert all(g is FREE_SLOT for g in net._vio_groups)  # noqa: SLF001
 
 
 def test_utilisation_record_and_resampling() -> None:

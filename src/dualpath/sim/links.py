@@ -301,6 +301,8 @@ class LinkNetwork:
         "_dirty_groups",
         "_num_dirty",
         "_fill_members",
+        "_vio_links",
+        "_vio_groups",
         "_update_number",
         "_update_pending",
         "_group_due_callback",
@@ -337,6 +339,9 @@ class LinkNetwork:
         self._num_dirty: i64 = 0
         # Every fill's groups per link, a run of slots per link (`links_fill.fill`); kept for the next fill.
         self._fill_members: list[FlowGroup] = []
+        # `find_violations`' links and candidate groups, kept for the next update likewise.
+        self._vio_links: list[Link] = []
+        self._vio_groups: list[FlowGroup] = []
         # The pending rate update's number (from 1): stamps the links' `sat_before` records of it.
         self._update_number: i64 = 1
         self._update_pending = False
@@ -588,7 +593,7 @@ class LinkNetwork:
             return []
         while True:
             frozen = fill(refilled, None, self._fill_members)  # within what the other groups leave
-            grow = find_violations(refilled, update)
+            grow = find_violations(refilled, update, self._vio_links, self._vio_groups)
             if not grow:
                 break
             for g in grow:  # none of them is re-filled yet (`find_violations`)

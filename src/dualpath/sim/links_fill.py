@@ -461,7 +461,9 @@ def was_saturated(link: Link, update: i64) -> bool:
     return saturated
 
 
-def find_violations(refilled: list[FlowGroup], update: i64) -> list[FlowGroup]:
+def find_violations(
+    refilled: list[FlowGroup], update: i64, links: list[Link], candidates: list[FlowGroup]
+) -> list[FlowGroup]:
     """Groups to add to `refilled` so that re-filling can restore the bottleneck condition (empty: none),
     in the order found. The re-filled groups (`refill` set) have their new rates in `fill_rate` (`fill`
     over `refilled`).
@@ -475,10 +477,13 @@ def find_violations(refilled: list[FlowGroup], update: i64) -> list[FlowGroup]:
     NOTE: per-link state (new load, saturated, largest rate) lives in the links' `vio_*` scratch
     fields, as `fill`'s does, and is reset before returning. The candidates and the groups to add are
     lists kept free of repeats by the groups' `vio_seen` flag (in first-seen order, as dicts would keep
-    them), also reset before returning.
+    them), also reset before returning. `links` and `candidates` are the caller's scratch lists (its
+    network's, kept between updates, as `fill`'s `members`): the first slots of each are this call's,
+    counted here, so no list is made and grown from empty per update; the candidates' slots get
+    `FREE_SLOT` again before returning (`free_slots`).
     """
     tol = 1.0 - SAT_RTOL
-    new_links: list[Link] = []  # links the re-filled groups cross (`vio_load`: load with the new rates)
+    num_links: i64 = 0  # `links`: those the re-filled groups cross (`vio_load`: load with the new rates)
     for g in refilled:
         change = g.num_flows * (g.fill_rate - g.rate)
         for link in g.path:
@@ -487,22 +492,30 @@ def find_violations(refilled: list[FlowGroup], update: i64) -> list[FlowGroup]:
             else:
                 link.vio_new = True
                 link.vio_load = link.rate_high + link.rate_low + change
-                new_links.append(link)
-    candidates = refilled[:]  # then the groups bottlenecked on those links, each once (`vio_seen`)
-    for link in new_links:
+                _put_link(links, num_links, link)
+                num_links += 1
+    num_candidates: i64 = 0  # the re-filled groups, then those bottlenecked on their links, each once
+    for g in refilled:
+        put_at(candidates, num_candidates, g)
+        num_candidates += 1
+    num_crossed = num_links
+    for k in range(num_crossed):
+        link = links[k]
         sat = link.vio_load >= link.capacity_bytes_per_s * tol
         link.vio_sat = _SAT if sat else _UNSAT
         if sat or was_saturated(link, update):
             for h in link.bottlenecked:
                 if not h.refill and not h.vio_seen:
                     h.vio_seen = True
-                    candidates.append(h)
-    for i in range(len(refilled), len(candidates)):
-        candidates[i].vio_seen = False
-    # From here on `new_links` also collects the other links whose scratch fields get set (`vio_new`
+                    put_at(candidates, num_candidates, h)
+                    num_candidates += 1
+    for c in range(len(refilled), num_candidates):
+        candidates[c].vio_seen = False
+    # From here on `links` also collects the other links whose scratch fields get set (`vio_new`
     # False), so that one loop resets them all.
     grow: list[FlowGroup] = []  # each once (`vio_seen`)
-    for g in candidates:
+    for c in range(num_candidates):
+        g = candidates[c]
         refill = g.refill
         r = g.fill_rate if refill else g.rate
         found = None
@@ -512,7 +525,8 @@ def find_violations(refilled: list[FlowGroup], update: i64) -> list[FlowGroup]:
                 known = link.vio_sat = (
                     _SAT if link.rate_high + link.rate_low >= link.capacity_bytes_per_s * tol else _UNSAT
                 )
-                new_links.append(link)
+                _put_link(links, num_links, link)
+                num_links += 1
             if known == _UNSAT:
                 continue
             t = link.vio_top
@@ -554,13 +568,23 @@ def find_violations(refilled: list[FlowGroup], update: i64) -> list[FlowGroup]:
                     if not h.refill and not h.vio_seen:
                         h.vio_seen = True
                         grow.append(h)
-    for link in new_links:
+    for k in range(num_links):
+        link = links[k]
         link.vio_new = False
         link.vio_sat = _UNKNOWN
         link.vio_top = -1.0
+    free_slots(candidates, num_candidates)
     for g in grow:
         g.vio_seen = False
     return grow
+
+
+def _put_link(items: list[Link], index: i64, link: Link) -> None:
+    """`put_at` for a scratch list of links (links live as long as their network: a slot may keep one)."""
+    if index < len(items):
+        items[index] = link
+    else:
+        items.append(link)
 
 
 # `Link.vio_sat`: saturated, as `find_violations` has worked it out so far.
