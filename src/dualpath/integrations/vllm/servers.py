@@ -38,6 +38,7 @@ def vllm_server(
     max_num_seqs: int = 4,
 ) -> Iterator[str]:
     """A `vllm serve` process with DualPathConnector; yields its base URL once /health answers, stops it after."""
+    config = ConnectorConfig.from_extra(kv_extra)  # a bad extra config fails here, before a server starts
     kv = {
         "kv_connector": "DualPathConnector",
         "kv_connector_module_path": "dualpath.integrations.vllm",
@@ -80,7 +81,7 @@ def vllm_server(
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
-            _remove_notice_sockets(ConnectorConfig.from_extra(kv_extra))
+            _remove_notice_sockets(config)
 
 
 def _remove_notice_sockets(config: ConnectorConfig) -> None:
