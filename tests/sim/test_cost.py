@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import random
 from importlib import resources
 
 import pytest
@@ -10,7 +11,7 @@ import pytest
 from dualpath.config.specs import AttentionSpec, FfnSpec, GpuSpec, HardwareSpec, ModelSpec
 from dualpath.engine.decode import DecodeEngine, DecodeNode
 from dualpath.sim import cost_kernels as kern
-from dualpath.sim.cost import CostModel, gpu_cost_model
+from dualpath.sim.cost import CostModel, _runs, gpu_cost_model
 from dualpath.sim.cost_kernels import Curve
 from dualpath.sim.driver import _decode_step_max_s
 
@@ -211,3 +212,25 @@ def test_a_decode_nodes_step_costed_engine_by_engine_is_its_shapes(make_model) -
             e.running, e.ctx_base = running, running * 300 - steps_done * running + e.engine_id
         assert _decode_step_max_s(cm, node) == cm.decode_step_max_s(node.shape())
         assert node.shape()[1] == (engines[1].running, node.context_tokens(engines[1]))
+
+
+def test_runs_of_equal_neighbours() -> None:
+    assert _runs([0, 0, 1, 1, 1, 0]) == ([0, 1, 0], [2, 3, 1])
+    assert _runs([]) == ([], []) and _runs([2]) == ([2], [1])
+
+
+@pytest.mark.parametrize("make_model", [make_deepseek_v32, make_qwen25_32b])
+def test_a_steps_layers_summed_by_runs_are_the_layer_by_layer_sum(make_model) -> None:  # type: ignore[no-untyped-def]
+    # `_sum_layers` reads each run's time once; the float must be the layer-by-layer sum's, bit for bit,
+    # and a prefill step's forward must equal `prefill_forward_time_s` exactly.
+    cm = gpu_cost_model(make_model(), HOPPER)
+    assert sum(cm._run_lengths) == len(cm._layer_kind_index)  # noqa: SLF001
+    rng = random.Random(5)
+    for _ in range(300):
+        per_kind = [rng.uniform(1e-6, 1e-2) for _ in cm._kinds]  # noqa: SLF001
+        by_layer = 0.0
+        for k in cm._layer_kind_index:  # noqa: SLF001
+            by_layer += per_kind[k]
+        assert cm._sum_layers(per_kind) == by_layer  # noqa: SLF001
+    for batches in ([[(32768, 429)]] * 8, [[(1024, 4096), (0, 17)], [], [(60000, 1)]]):
+        assert cm.prefill_step_s(batches, 0)[0] == cm.prefill_forward_time_s(batches)
