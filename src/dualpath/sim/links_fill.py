@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, TypeVar
 
 from mypy_extensions import i64
 
@@ -91,14 +91,18 @@ class FlowGroup:
         return heap[0] if heap else None
 
 
-def put_at(items: list[FlowGroup], index: i64, group: FlowGroup) -> None:
-    """`items[index] = group` for a scratch list that keeps its slots between uses, its caller counting
+_Item = TypeVar("_Item")
+
+
+def put_at(items: list[_Item], index: i64, item: _Item) -> None:
+    """`items[index] = item` for a scratch list that keeps its slots between uses, its caller counting
     the live ones: the list grows by one when `index` is its length. (`list.clear()` would free the
-    storage, and the next append allocate it again.) Its caller frees the slots it used (`free_slots`)."""
+    storage, and the next append allocate it again.) A list of groups gets its used slots freed by its
+    caller (`free_slots`); links live as long as their network, so a slot may keep one."""
     if index < len(items):
-        items[index] = group
+        items[index] = item
     else:
-        items.append(group)
+        items.append(item)
 
 
 # What a scratch list's slot holds between uses (`free_slots`): a placeholder, never a group of the network.
@@ -492,7 +496,7 @@ def find_violations(
             else:
                 link.vio_new = True
                 link.vio_load = link.rate_high + link.rate_low + change
-                _put_link(links, num_links, link)
+                put_at(links, num_links, link)
                 num_links += 1
     num_candidates: i64 = 0  # the re-filled groups, then those bottlenecked on their links, each once
     for g in refilled:
@@ -525,7 +529,7 @@ def find_violations(
                 known = link.vio_sat = (
                     _SAT if link.rate_high + link.rate_low >= link.capacity_bytes_per_s * tol else _UNSAT
                 )
-                _put_link(links, num_links, link)
+                put_at(links, num_links, link)
                 num_links += 1
             if known == _UNSAT:
                 continue
@@ -577,14 +581,6 @@ def find_violations(
     for g in grow:
         g.vio_seen = False
     return grow
-
-
-def _put_link(items: list[Link], index: i64, link: Link) -> None:
-    """`put_at` for a scratch list of links (links live as long as their network: a slot may keep one)."""
-    if index < len(items):
-        items[index] = link
-    else:
-        items.append(link)
 
 
 # `Link.vio_sat`: saturated, as `find_violations` has worked it out so far.
