@@ -30,6 +30,7 @@ from types import ModuleType
 NATIVE_MODULES: tuple[str, ...] = (
     "dualpath.request",
     "dualpath.policy.types",
+    "dualpath.policy.fifo",
     "dualpath.policy.traffic",
     "dualpath.policy.decisions",
     "dualpath.policy.batching",

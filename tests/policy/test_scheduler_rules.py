@@ -7,6 +7,7 @@ import pytest
 from dualpath.config.specs import SchedulerSpec
 from dualpath.policy.batching import PrefillWork, pack_by_compute_quota, pack_by_token_budget
 from dualpath.policy.de_assign import DeCandidate, GroupTokens, assign_within_de_group, route_to_de_groups
+from dualpath.policy.fifo import fifo_of
 from dualpath.policy.pe_assign import PeCandidate, assign_prefill_engines, choose_prefill_engine
 from dualpath.policy.read_path import Split, make_read_path_policy
 from dualpath.policy.scheduler import RequestScheduler
@@ -130,19 +131,22 @@ def test_de_prefers_non_high_token_engine_with_min_seq() -> None:
     r = make_request(0, prompt=90, hit=0, gen=10)  # len_r = 100
     # Z = 1.05 * (100 + 0 + 400 + 100) / 3 = 210: engine 1 (tok 400) is high-token; 0 and 2 are not.
     cands = [de(0, 5, 0, 1000), de(1, 0, 400, 1000), de(2, 2, 100, 1000)]
-    assert assign_within_de_group([r], cands, z_factor=1.05) == [(0, 2)]
+    assert assign_within_de_group(fifo_of([r]), cands, z_factor=1.05) == [(0, 2)]
 
 
 def test_de_falls_back_to_high_token_engine_with_min_tok() -> None:
     r = make_request(0, prompt=90, hit=0, gen=10)
     cands = [de(0, 0, 900, 1000), de(1, 0, 500, 1000)]  # both high-token; engine 1 has less tok
     cands[0].free_hbm_tokens = 1000
-    assert assign_within_de_group([r], cands, z_factor=0.1) == [(0, 1)]
+    assert assign_within_de_group(fifo_of([r]), cands, z_factor=0.1) == [(0, 1)]
 
 
 def test_de_fetch_stops_when_head_does_not_fit() -> None:
     big, small = make_request(0, prompt=900, hit=0, gen=100), make_request(1, prompt=10, hit=0, gen=1)
-    assert assign_within_de_group([big, small], [de(0, 0, 0, 500), de(1, 0, 0, 600)], z_factor=1.05) == []
+    assert (
+        assign_within_de_group(fifo_of([big, small]), [de(0, 0, 0, 500), de(1, 0, 0, 600)], z_factor=1.05)
+        == []
+    )
 
 
 def test_shorter_queue_reads_whole_request_from_shorter_side() -> None:

@@ -32,7 +32,9 @@ class CapacityPool:
         self.used += amount
 
     def release(self, owner: int) -> float:
-        amount = self._held.pop(owner)
+        held = self._held
+        amount = held[owner]  # `dict.pop` would be a generic method call in the compiled build
+        del held[owner]
         self.used -= amount
         if not self._held:
             self.used = 0.0  # drop float dust

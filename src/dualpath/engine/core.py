@@ -20,7 +20,6 @@ waits on a full DE buffer mid-step and the buffers cannot deadlock. DE HBM is re
 from __future__ import annotations
 
 import bisect
-from collections import deque
 from dataclasses import dataclass
 from typing import Final
 
@@ -51,6 +50,7 @@ from dualpath.policy.batching import (
     pack_by_token_budget,
 )
 from dualpath.policy.decisions import Assignment, BatchDecision, DecisionLog
+from dualpath.policy.fifo import Fifo
 from dualpath.policy.pe_assign import overloaded
 from dualpath.policy.read_path import make_read_path_policy
 from dualpath.policy.scheduler import RequestScheduler
@@ -139,7 +139,7 @@ class ClusterCore:
             CapacityPool(config.dram_buffer_bytes, name=f"node{n}/dram_buffer") for n in range(p + d)
         ]
         # Landings waiting for a DE node's buffer (a PE node's queue stays empty).
-        self._landing_wait: list[deque[Request]] = [deque() for _ in range(p + d)]
+        self._landing_wait: list[Fifo[Request]] = [Fifo() for _ in range(p + d)]
         # Submitted and not yet forgotten, by id: both drivers give ids in increasing order.
         self._active = RequestsById()
         self._early_ends: dict[int, int] = {}  # request -> output tokens, ended before its DE placement
@@ -364,7 +364,7 @@ class ClusterCore:
         wait = self._landing_wait[node_id]
         pool = self.buffers[node_id]
         while wait:
-            request = wait[0]
+            request = wait.peek()
             need = request.prompt_tokens * self.config.kv_bytes_per_token
             if not pool.can_reserve(need):
                 break
@@ -486,7 +486,7 @@ class ClusterCore:
         out = []
         ready = engine.ready
         for i, item in enumerate(items):  # the packed requests are the head of the ready queue
-            request = ready[i]
+            request = ready.at(i)
             assert item.request_id == request.request_id
             request.phase = Phase.PREFILLING
             out.append(step_item(request, engine.engine_id, item.cached_tokens, item.new_tokens))
@@ -507,7 +507,7 @@ class ClusterCore:
                 request.computed_tokens += item.new_tokens
                 if not request.is_prefilled:
                     continue
-                assert engine.ready[0] is request
+                assert engine.ready.peek() is request
                 engine.ready.popleft()
                 engine.finish(request)
                 request.generated_tokens = 1
@@ -528,7 +528,10 @@ class ClusterCore:
     def on_kv_out_done(self, node_id: int, step_id: int, now_s: float) -> list[Command]:
         """Every layer of the step's finished requests sits in their DE buffers (Fig. 4a step 7)."""
         out: list[Command] = []
-        for item in self.pe_nodes[node_id].awaiting_out.pop(step_id):
+        awaiting = self.pe_nodes[node_id].awaiting_out
+        items = awaiting[step_id]  # `dict.pop` would be a generic method call in the compiled build
+        del awaiting[step_id]
+        for item in items:
             request = self._active.get(item.request_id)
             if request is not None and request.phase is Phase.TRANSFERRING:
                 out += self._to_decode(request)
@@ -814,7 +817,8 @@ class ClusterCore:
         rid = request.request_id
         self._active.pop(rid)
         self._fetch_wanted = True  # what it held (tok_e, HBM, queue places) is free
-        self._early_ends.pop(rid, None)
+        if self._early_ends:
+            self._early_ends.pop(rid, None)
         request.persists_in_flight = 0
         request.dram_holds = NO_DRAM_HOLD
         if request.phase is Phase.QUEUED:
@@ -881,7 +885,7 @@ class ClusterCore:
                 [DecodeEngine(node_id * g + i, node_id, self.config.de_hbm_kv_tokens) for i in range(g)],
                 block_tokens=self.config.scheduler.block_tokens,
             )
-            self._landing_wait[node_id] = deque()
+            self._landing_wait[node_id] = Fifo()
 
     # ---- inspection ----------------------------------------------------------------------------
     @property

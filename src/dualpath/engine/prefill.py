@@ -7,10 +7,10 @@ its g engines; an engine with nothing ready still joins the step (EP needs every
 
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import dataclass, field
 
 from dualpath.engine.commands import StepItem
+from dualpath.policy.fifo import Fifo
 from dualpath.request import Request
 
 
@@ -18,7 +18,7 @@ from dualpath.request import Request
 class PrefillEngine:
     engine_id: int
     node_id: int
-    ready: deque[Request] = field(default_factory=deque)
+    ready: Fifo[Request] = field(default_factory=Fifo)
     seq: int = 0  # unfinished requests assigned here (§6.1 seq_e)
     tok: int = 0  # their prompt tokens (§6.1 tok_e)
     compute_tok: int = 0  # their miss tokens: the GPU work β bounds (policy/pe_assign.py)

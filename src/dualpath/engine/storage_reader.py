@@ -10,10 +10,10 @@ more reads and delay every one of them. The head blocks the queue when the buffe
 
 from __future__ import annotations
 
-from collections import deque
 from typing import Final
 
 from dualpath.engine.buffers import CapacityPool
+from dualpath.policy.fifo import Fifo
 from dualpath.records import fields_repr
 
 DEFAULT_MAX_INFLIGHT_READS: Final = 2
@@ -41,7 +41,7 @@ class StorageReader:
     def __init__(self, node_id: int, *, max_inflight_reads: int = DEFAULT_MAX_INFLIGHT_READS) -> None:
         self.node_id = node_id
         self.max_inflight_reads = max_inflight_reads
-        self._queue: deque[ReadPart] = deque()
+        self._queue: Fifo[ReadPart] = Fifo()
         # The parts in flight, in start order: a list, as there are `max_inflight_reads` (2) at most, so a
         # scan by request id costs less than a dict's hash and lookup of the id as an int object.
         self._inflight: list[ReadPart] = []
@@ -56,7 +56,7 @@ class StorageReader:
         (owned by its request); the head waits while the buffer cannot hold it."""
         started: list[ReadPart] = []
         while self._queue and len(self._inflight) < self.max_inflight_reads:
-            head = self._queue[0]
+            head = self._queue.peek()
             if not buffer.can_reserve(head.reserve_bytes):
                 break
             buffer.reserve(head.request_id, head.reserve_bytes)

@@ -11,6 +11,7 @@ from typing import final
 
 from mypy_extensions import i64, mypyc_attr
 
+from dualpath.policy.fifo import Fifo
 from dualpath.records import fields_repr
 from dualpath.request import Request
 
@@ -152,7 +153,7 @@ def route_to_de_groups(requests: Sequence[Request], tok: GroupTokens) -> list[tu
 
 
 def assign_within_de_group(
-    private_queue: Sequence[Request], candidates: list[DeCandidate], *, z_factor: float
+    private_queue: Fifo[Request], candidates: list[DeCandidate], *, z_factor: float
 ) -> list[tuple[int, int]]:
     """Phase 2: place the head of the group's private queue on DEs until one does not fit.
 
@@ -172,7 +173,8 @@ def assign_within_de_group(
         group_tok += e.tok
     prefix: list[Request] = []
     used = 0
-    for request in private_queue:
+    for k in range(len(private_queue)):  # the head prefix: no iterator over a long queue
+        request = private_queue.at(k)
         if used + request.total_tokens > free_total:
             break
         used += request.total_tokens

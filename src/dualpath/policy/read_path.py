@@ -7,20 +7,25 @@ Blocks (§4.1); `hit_tokens` is already a whole number of blocks.
 
 from __future__ import annotations
 
-from typing import Protocol
-
 from dualpath.policy.types import NodeReadState, ReadPlan
 
 
-class ReadPathPolicy(Protocol):
-    name: str
+class ReadPathPolicy:
+    """A read-path policy: `plan` splits a request's hit between the PE's and the DE's SNIC.
+
+    A base class rather than a protocol: the scheduler calls `plan` once per placed request, and in the
+    compiled build a call through a base class is a direct call, through a protocol a generic one that
+    looks the method up by name and passes its keywords as objects (docs/simulator-native.md)."""
+
+    name = ""
 
     def plan(
         self, hit_tokens: int, *, pe_node: NodeReadState, de_node: NodeReadState, block_tokens: int
-    ) -> ReadPlan: ...
+    ) -> ReadPlan:
+        raise NotImplementedError
 
 
-class PrefillSide:
+class PrefillSide(ReadPathPolicy):
     """Always the PE's SNIC (the baseline's only path, Fig. 4a)."""
 
     name = "pe-read"
@@ -31,7 +36,7 @@ class PrefillSide:
         return ReadPlan(pe_read_tokens=hit_tokens, de_read_tokens=0)
 
 
-class DecodeSide:
+class DecodeSide(ReadPathPolicy):
     """Always the DE's SNIC (Fig. 4b)."""
 
     name = "de-read"
@@ -42,7 +47,7 @@ class DecodeSide:
         return ReadPlan(pe_read_tokens=0, de_read_tokens=hit_tokens)
 
 
-class ShorterQueue:
+class ShorterQueue(ReadPathPolicy):
     """The paper's policy: the whole request from the node with the shorter read queue (PE on a tie)."""
 
     name = "shorter-queue"
@@ -55,7 +60,7 @@ class ShorterQueue:
         return ReadPlan(pe_read_tokens=hit_tokens, de_read_tokens=0)
 
 
-class Split:
+class Split(ReadPathPolicy):
     """Beyond the paper (its §6.3 future work): divide the hit blocks so both sides finish together.
 
     With queues q_pe, q_de (tokens) draining at r_pe, r_de (tokens/s) and H hit tokens, the PE share
@@ -77,7 +82,7 @@ class Split:
         return ReadPlan(pe_read_tokens=pe_tokens, de_read_tokens=hit_tokens - pe_tokens)
 
 
-class Alternating:
+class Alternating(ReadPathPolicy):
     """Round-robin baseline: PE side, DE side, PE side, … per request (`dualpath-rr` default)."""
 
     name = "alternating"
@@ -92,7 +97,7 @@ class Alternating:
         return ReadPlan(pe_read_tokens=0 if de else hit_tokens, de_read_tokens=hit_tokens if de else 0)
 
 
-READ_PATH_POLICIES: dict[str, type[PrefillSide | DecodeSide | ShorterQueue | Split | Alternating]] = {
+READ_PATH_POLICIES: dict[str, type[ReadPathPolicy]] = {
     # `cls().name`, not `cls.name`: compiled by mypyc, `name` is an instance attribute (native.py).
     cls().name: cls
     for cls in (PrefillSide, DecodeSide, ShorterQueue, Split, Alternating)

@@ -16,12 +16,12 @@ turn over the whole cluster, load-agnostic, still respecting DE HBM so decode ne
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Mapping, Sequence
 
 from dualpath.config.specs import SchedulerSpec
 from dualpath.policy.de_assign import DeCandidate, GroupTokens, assign_within_de_group, route_to_de_groups
 from dualpath.policy.decisions import Assignment, DecisionLog
+from dualpath.policy.fifo import Fifo
 from dualpath.policy.pe_assign import PeCandidate, choose_prefill_engine
 from dualpath.policy.read_path import ReadPathPolicy
 from dualpath.policy.types import EngineLoad, NodeReadState
@@ -130,12 +130,12 @@ class RequestScheduler:
         self._de_cands: dict[int, list[DeCandidate]] = {}
         # Σ tok per DE group, last report + routed, with phase 1's next group at hand (`GroupTokens`).
         self._group_tok = GroupTokens(list(self._de_nodes))
-        self._global: deque[Request] = deque()
-        self._de_queues: dict[int, deque[Request]] = {n: deque() for n in self._de_nodes}
+        self._global: Fifo[Request] = Fifo()
+        self._de_queues: dict[int, Fifo[Request]] = {n: Fifo() for n in self._de_nodes}
         # Σ of the DE group queues' lengths: `waiting` runs on every driver poke, and a sum over the
         # queues would cost O(DE groups) each time (96 at 48P96D).
         self._de_queued = 0
-        self._pe_queue: deque[Request] = deque()
+        self._pe_queue: Fifo[Request] = Fifo()
         self._rr_de = 0
         # Round robin: turns lost in a row since the head of the global queue or any DE's free HBM last
         # changed. A whole cycle of them means no DE has room for the head until one frees
@@ -225,7 +225,7 @@ class RequestScheduler:
             return True
         if node_id not in self._de_pending:
             return False
-        return self._de_queues[node_id][0].total_tokens <= max_free_hbm_tokens
+        return self._de_queues[node_id].peek().total_tokens <= max_free_hbm_tokens
 
     def note_de_freed(self, node_id: int) -> None:
         """A request on this DE group finished or shrank: its HBM and tok_e fell, so its queue may move
@@ -289,7 +289,7 @@ class RequestScheduler:
             self._group_tok[node_id] = group_tok
             self._de_report_due.discard(node_id)  # its view is its report now (routing may change it)
             # Phase 1 adds each routed request's len_r to its group's Σtok.
-            routed = route_to_de_groups(list(self._global), self._group_tok) if self._global else []
+            routed = route_to_de_groups(self._global.to_list(), self._group_tok) if self._global else []
             for rid, group in routed:
                 request = self._global.popleft()
                 assert request.request_id == rid
@@ -362,8 +362,8 @@ class RequestScheduler:
             if engine not in free:
                 break  # another group's turn: it takes it at its own fetch
             self._rr_de += 1
-            if free[engine] >= self._global[0].total_tokens:  # no room: this engine loses its turn
-                free[engine] -= self._global[0].total_tokens
+            if free[engine] >= self._global.peek().total_tokens:  # no room: this engine loses its turn
+                free[engine] -= self._global.peek().total_tokens
                 placed.append((self._global.popleft(), engine))
                 self._rr_lost_turns = 0
             else:
@@ -381,7 +381,7 @@ class RequestScheduler:
         engines = self._pe_engines
         out: list[Assignment] = []
         while self._pe_queue:
-            request = self._pe_queue[0]
+            request = self._pe_queue.peek()
             if self.scheduling == "round-robin":
                 pe_engine = engines[self._rr_pe % len(engines)]
                 self._rr_pe += 1
