@@ -12,7 +12,7 @@ from dualpath.config.specs import AttentionSpec, FfnSpec, GpuSpec, HardwareSpec,
 from dualpath.engine.decode import DecodeEngine, DecodeNode
 from dualpath.sim import cost_kernels as kern
 from dualpath.sim.cost import CostModel, _runs, gpu_cost_model
-from dualpath.sim.cost_kernels import Curve
+from dualpath.sim.cost_kernels import Curve, CurveCursor
 from dualpath.sim.driver import _decode_step_max_s
 
 H800 = GpuSpec(
@@ -91,6 +91,40 @@ def test_mla_prefill_curve_hits_measured_points_and_clamps() -> None:
 def test_curve_round_trips_through_dict() -> None:
     curve = kern.gemm_mfu_by_tokens()
     assert Curve.from_dict(curve.to_dict()) == curve
+
+
+@pytest.mark.parametrize(
+    "curve_fn",
+    [
+        kern.gemm_mfu_by_tokens,
+        kern.mla_prefill_mfu_by_pairs,
+        kern.dsa_prefill_attention_mfu_by_context,
+        kern.moe_prefill_mfu_by_tokens_per_expert,
+    ],
+)
+def test_a_cursor_gives_the_curves_own_values(curve_fn) -> None:  # type: ignore[no-untyped-def]
+    """Bit-equal to `Curve.at` on sizes that stay in a segment, jump between segments, sit on measured
+    points and fall outside the range (fails with the last segment kept after a size outside it, or
+    tried without checking both ends)."""
+    curve = curve_fn()
+    cursor = CurveCursor(curve)
+    rng = random.Random(7)
+    lo, hi = curve.sizes[0], curve.sizes[-1]
+    sizes = [*curve.sizes, lo / 2, hi * 2, lo, hi]
+    size = (lo + hi) / 2
+    for _ in range(3000):
+        step = rng.random()
+        if step < 0.6:
+            size *= rng.uniform(0.9, 1.1)  # near the last size: mostly the same segment
+        elif step < 0.9:
+            size = rng.uniform(lo / 2, hi * 2)
+        else:
+            size = rng.choice(sizes)
+        sizes.append(size)
+    for size in sizes:
+        assert cursor.at(size) == curve.at(size), size
+    constant = Curve.constant(0.5)
+    assert CurveCursor(constant).at(3.0) == constant.at(3.0)
 
 
 @pytest.mark.parametrize("make_model", [make_deepseek_v32, make_qwen25_32b])

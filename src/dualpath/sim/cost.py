@@ -31,7 +31,7 @@ from mypy_extensions import i64
 from dualpath.architecture import arch
 from dualpath.config.specs import HardwareSpec, ModelSpec
 from dualpath.sim import cost_kernels as kern
-from dualpath.sim.cost_kernels import Curve
+from dualpath.sim.cost_kernels import Curve, CurveCursor
 
 Request = tuple[
     int, int
@@ -233,6 +233,13 @@ class CostModel:
         self._attention_prefix: list[tuple[int, int]] = []
         self._attention_sums: list[_AttentionSums] = [_AttentionSums()]
         self._attention_len = 0  # how many of `_attention_prefix` are the last call's (the rest: stale)
+        # The prefill's curves, each behind a cursor that tries its last segment first (`CurveCursor`:
+        # the same values as `Curve.at`). `coefficients` is fixed for the model's life.
+        c = coefficients
+        self._sparse_prefill_attention = CurveCursor(c.sparse_prefill_attention)
+        self._prefill_indexer = CurveCursor(c.prefill_indexer)
+        self._prefill_attention = CurveCursor(c.prefill_attention)
+        self._gemm_by_gpu = CurveCursor(c.gemm)
 
     @staticmethod
     def from_dict(model: ModelSpec, coefficients: dict[str, Any]) -> CostModel:
@@ -289,10 +296,10 @@ class CostModel:
         main_flops = main_pairs * self._main_flops_per_pair
         if self._top_k:
             context = weighted_context / new_total
-            time_s = main_flops / (c.bf16_flops_per_s * c.sparse_prefill_attention.at(context))
+            time_s = main_flops / (c.bf16_flops_per_s * self._sparse_prefill_attention.at(context))
             indexer_flops = indexer_pairs * self._indexer_flops_per_pair
-            return time_s + indexer_flops / (c.fp8_flops_per_s * c.prefill_indexer.at(context))
-        return main_flops / (c.bf16_flops_per_s * c.prefill_attention.at(main_pairs))
+            return time_s + indexer_flops / (c.fp8_flops_per_s * self._prefill_indexer.at(context))
+        return main_flops / (c.bf16_flops_per_s * self._prefill_attention.at(main_pairs))
 
     def prefill_layer_time_s(
         self, per_gpu_batches: Sequence[Sequence[Request]], layer_index: int | None = None
@@ -359,7 +366,7 @@ class CostModel:
 
     def _gemm_at(self, tokens: list[int]) -> list[float]:
         """The GEMM efficiency at each GPU's token count (0.0 where it has none, unused there)."""
-        gemm = self.coefficients.gemm
+        gemm = self._gemm_by_gpu
         return [gemm.at(n) if n > 0 else 0.0 for n in tokens]
 
     def _prefill_layer(

@@ -15,7 +15,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
-from typing import Final
+from typing import Final, final
 
 from mypy_extensions import i64
 
@@ -80,6 +80,71 @@ class Curve:
     @staticmethod
     def from_dict(d: dict[str, Sequence[float]]) -> Curve:
         return Curve(sizes=tuple(float(x) for x in d["sizes"]), values=tuple(float(y) for y in d["values"]))
+
+
+@final
+class CurveCursor:
+    """`Curve.at` for a hot caller: the segment the last size fell in is tried first.
+
+    NOTE: a cost model asks one curve for sizes close to each other again and again (a step's attention
+    context, its tokens per GPU). `Curve.at` reads its points from tuples, each a boxed float, ≈ 10 per
+    call with its bisection. The cursor keeps the range's ends and the last segment's two points in
+    fields of its own (unboxed in the compiled build), so a size in that segment reads no tuple. The
+    segment of a size is the unique `lo` with `sizes[lo] <= size < sizes[lo + 1]`, the one the
+    bisection finds, and the interpolation is the same expression on the same floats: results are
+    bit-identical to `Curve.at`. One cursor per caller (it is state).
+    """
+
+    __slots__ = (
+        "curve",
+        "_first_size",
+        "_first_value",
+        "_last_size",
+        "_last_value",
+        "_s0",
+        "_s1",
+        "_x0",
+        "_x1",
+        "_v0",
+        "_v1",
+    )
+
+    def __init__(self, curve: Curve) -> None:
+        self.curve = curve
+        self._first_size = curve.sizes[0]
+        self._first_value = curve.values[0]
+        self._last_size = curve.sizes[-1]
+        self._last_value = curve.values[-1]
+        # The last segment: sizes, log2 sizes and values at its two ends (none yet: an empty range).
+        self._s0 = self._s1 = 0.0
+        self._x0 = self._x1 = self._v0 = self._v1 = 0.0
+
+    def at(self, size: float) -> float:
+        if size <= self._first_size:
+            return self._first_value
+        if size >= self._last_size:
+            return self._last_value
+        if not self._s0 <= size < self._s1:  # another segment: `Curve.at`'s bisection
+            self._find(size)
+        x0 = self._x0
+        w = (_log2(size) - x0) / (self._x1 - x0)
+        v0 = self._v0
+        return v0 + w * (self._v1 - v0)
+
+    def _find(self, size: float) -> None:
+        curve = self.curve
+        sizes = curve.sizes
+        lo: i64 = 0
+        hi: i64 = len(sizes) - 1
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if sizes[mid] <= size:
+                lo = mid
+            else:
+                hi = mid
+        self._s0, self._s1 = sizes[lo], sizes[hi]
+        self._x0, self._x1 = curve.log2_sizes[lo], curve.log2_sizes[hi]
+        self._v0, self._v1 = curve.values[lo], curve.values[hi]
 
 
 def _rows(relative_path: str) -> list[dict[str, str]]:
