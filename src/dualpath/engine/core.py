@@ -146,6 +146,8 @@ class ClusterCore:
         self._fetches = 0
         self._fetch_wanted = False  # `wants_fetch`
         self.down: set[int] = set()  # nodes marked down (`on_node_down`) until they join again
+        # The same by node id, for the fetch's checks: a list read, not a set's hash and lookup per node.
+        self._is_down = [False] * (p + d)
         self.scheduler = RequestScheduler(
             pe_nodes={n: [e.engine_id for e in node.engines] for n, node in self.pe_nodes.items()},
             de_nodes={n: [e.engine_id for e in node.engines] for n, node in self.de_nodes.items()},
@@ -203,7 +205,7 @@ class ClusterCore:
         for node_id in visit:
             if not self.scheduler.pe_queue_len:
                 break
-            if node_id in self.down:
+            if self._is_down[node_id]:
                 continue  # a dead group fetches nothing (`on_node_down`)
             if not round_robin and node_id not in self._pe_open:
                 continue  # C2 and C3 empty: Algorithm 1 places nothing here (speed only, same decisions)
@@ -242,7 +244,7 @@ class ClusterCore:
             )
             return False
         placed = self.scheduler.fetch_de_group(node.node_id, self._de_loads(node))
-        if node.node_id in self.down:  # round robin: a dead group's engines lose their turns (no room)
+        if self._is_down[node.node_id]:  # round robin: a dead group's engines lose their turns (no room)
             assert not placed
         for request, engine in placed:
             e = self.de_engine(engine)
@@ -265,7 +267,7 @@ class ClusterCore:
             self._fetch_de_group(first)
             after = first.node_id
         for node_id in self.scheduler.de_groups_to_visit(after=after):
-            if node_id not in self.down:  # its report stays "full" (`on_node_down`)
+            if not self._is_down[node_id]:  # its report stays "full" (`on_node_down`)
                 self._fetch_de_group(self.de_nodes[node_id])
 
     def _all_over_beta(self, node: PrefillNode) -> bool:
@@ -288,7 +290,7 @@ class ClusterCore:
 
     def _max_free_hbm_tokens(self, node: DecodeNode) -> int:
         """The most free HBM on one DE of the group (0 for a dead group: its reports say "full")."""
-        if node.node_id in self.down:
+        if self._is_down[node.node_id]:
             return 0
         most = 0
         for e in node.engines:
@@ -300,7 +302,7 @@ class ClusterCore:
     def _de_loads(self, node: DecodeNode) -> list[EngineLoad]:
         """The group's reports now (its `_reports`, every field rewritten)."""
         q = self.readers[node.node_id].read_q_tokens
-        down = node.node_id in self.down
+        down = self._is_down[node.node_id]
         engines, reports = node.engines, self._reports[node.node_id]
         for i in range(len(engines)):
             e, r = engines[i], reports[i]
@@ -752,6 +754,7 @@ class ClusterCore:
         dead DE is done now (those blocks are simply not stored). Requests that the dead DE group had
         in its private queue go back to the global queue."""
         self.down.add(node_id)
+        self._is_down[node_id] = True
         self.scheduler.down_nodes.add(node_id)
         self._fetch_wanted = True
         out: list[Command] = []
@@ -777,6 +780,7 @@ class ClusterCore:
     def on_node_up(self, node_id: int) -> list[Command]:
         """A node (re)joined with nothing in flight: it is placed on again, from a clean slate."""
         self.down.discard(node_id)
+        self._is_down[node_id] = False
         self.scheduler.down_nodes.discard(node_id)
         self._fetch_wanted = True
         self._reset_node(node_id)
