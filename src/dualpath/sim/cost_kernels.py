@@ -61,6 +61,16 @@ class Curve:
             return values[0]
         if size >= sizes[-1]:
             return values[-1]
+        lo = self.segment(size)
+        hi = lo + 1
+        log2_sizes = self.log2_sizes
+        x0, x1 = log2_sizes[lo], log2_sizes[hi]
+        w = (_log2(size) - x0) / (x1 - x0)
+        return values[lo] + w * (values[hi] - values[lo])
+
+    def segment(self, size: float) -> i64:
+        """The `lo` with `sizes[lo] <= size < sizes[lo + 1]`, for a size strictly inside the range."""
+        sizes = self.sizes
         lo: i64 = 0  # native ints: the bisection's index arithmetic in plain C
         hi: i64 = len(sizes) - 1
         while hi - lo > 1:  # bisection: curves have tens of points
@@ -69,10 +79,7 @@ class Curve:
                 lo = mid
             else:
                 hi = mid
-        log2_sizes = self.log2_sizes
-        x0, x1 = log2_sizes[lo], log2_sizes[hi]
-        w = (_log2(size) - x0) / (x1 - x0)
-        return values[lo] + w * (values[hi] - values[lo])
+        return lo
 
     def to_dict(self) -> dict[str, list[float]]:
         return {"sizes": list(self.sizes), "values": list(self.values)}
@@ -124,7 +131,7 @@ class CurveCursor:
             return self._first_value
         if size >= self._last_size:
             return self._last_value
-        if not self._s0 <= size < self._s1:  # another segment: `Curve.at`'s bisection
+        if not self._s0 <= size < self._s1:  # another segment: `Curve.segment`'s bisection
             self._find(size)
         x0 = self._x0
         w = (_log2(size) - x0) / (self._x1 - x0)
@@ -134,14 +141,8 @@ class CurveCursor:
     def _find(self, size: float) -> None:
         curve = self.curve
         sizes = curve.sizes
-        lo: i64 = 0
-        hi: i64 = len(sizes) - 1
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if sizes[mid] <= size:
-                lo = mid
-            else:
-                hi = mid
+        lo = curve.segment(size)
+        hi = lo + 1
         self._s0, self._s1 = sizes[lo], sizes[hi]
         self._x0, self._x1 = curve.log2_sizes[lo], curve.log2_sizes[hi]
         self._v0, self._v1 = curve.values[lo], curve.values[hi]
