@@ -29,7 +29,6 @@ original per-flow code kept in tests/sim/links_reference.py (tests/sim/test_link
 from __future__ import annotations
 
 import bisect
-import heapq
 import math
 from collections.abc import Callable, Sequence
 from enum import IntEnum
@@ -44,6 +43,8 @@ from dualpath.sim.links_fill import (
     bottlenecked_on,
     fill,
     find_violations,
+    flow_heap_pop,
+    flow_heap_push,
     free_slots,
     put_at,
     remove_group,
@@ -56,9 +57,6 @@ from dualpath.sim.links_fill import (
 RATE_UPDATE_PRIORITY: Final = 1 << 30
 # Two rates closer than this (relative) are the same rate: avoids rescheduling completions for noise.
 _RATE_RTOL: Final = 1e-9
-# `heapq`'s functions as compiled constants: a call through the module looks the name up in its dict.
-_heappush: Final = heapq.heappush
-_heappop: Final = heapq.heappop
 
 
 class TrafficClass(IntEnum):
@@ -78,7 +76,8 @@ class Link:
         "num_flows",
         "group_slots",
         "num_groups",
-        "bottlenecked",
+        "bottleneck_slots",
+        "num_bottlenecked",
         "rate_high",
         "rate_low",
         "top_rate",
@@ -114,12 +113,14 @@ class Link:
         self.latency_s = float(latency_s)
         self.num_flows = 0  # active flows now
         # Flow groups crossing it, in the order they joined: the first `num_groups` of `group_slots`, a list
-        # that keeps its slots (`add_group`, `remove_group`); groups whose remembered bottleneck it is. Lists,
-        # not dicts: a link holds a few groups at a time (7 at most in mid-run censuses of 12P24D and 48P96D),
-        # so a removal's scan is short, and the fill's loops over them index an array, not dict entries.
+        # that keeps its slots (`add_group`, `remove_group`); groups whose remembered bottleneck it is, the
+        # first `num_bottlenecked` of `bottleneck_slots`, likewise (`set_bottleneck`). Lists, not dicts: a
+        # link holds a few groups at a time (7 at most in mid-run censuses of 12P24D and 48P96D), so a
+        # removal's scan is short, and the fill's loops over them index an array, not dict entries.
         self.group_slots: list[FlowGroup] = []
         self.num_groups: i64 = 0
-        self.bottlenecked: list[FlowGroup] = []
+        self.bottleneck_slots: list[FlowGroup] = []
+        self.num_bottlenecked: i64 = 0
         self.rate_high = 0.0
         self.rate_low = 0.0
         self.top_rate = 0.0  # largest per-flow rate of its groups; < 0: stale (links_fill.cached_top_rate)
@@ -160,6 +161,11 @@ class Link:
     def groups(self) -> list[FlowGroup]:
         """The flow groups crossing it, in the order they joined (a new list: inspection and tests)."""
         return self.group_slots[: self.num_groups]
+
+    @property
+    def bottlenecked(self) -> list[FlowGroup]:
+        """The groups whose remembered bottleneck it is, in the order they got it (a new list: inspection)."""
+        return self.bottleneck_slots[: self.num_bottlenecked]
 
     @property
     def flows(self) -> tuple[Flow, ...]:
@@ -432,7 +438,7 @@ class LinkNetwork:
         flow._group = group
         flow._tag = group.vtime_bytes + flow.size_bytes
         flow._seq = self._seq
-        _heappush(group.heap, flow)
+        flow_heap_push(group.heap, flow)
         for link in path:
             link.num_flows += 1
             if rate > 0.0:
@@ -520,13 +526,13 @@ class LinkNetwork:
             group.vtime_bytes = top._tag
         heap = group.heap
         vtime = group.vtime_bytes
-        first = _heappop(heap)  # the scheduled flow, `top` (aborted ones were dropped by `top`)
+        first = flow_heap_pop(heap)  # the scheduled flow, `top` (aborted ones were dropped by `top`)
         if not heap or heap[0]._tag > vtime:
             self._finish(first)  # the common case: one flow ends, no list
             return
         finished = [first]  # others with the same tag: all leave the heap before any callback runs
         while heap and heap[0]._tag <= vtime:
-            flow = _heappop(heap)
+            flow = flow_heap_pop(heap)
             if flow.active:
                 finished.append(flow)
         for flow in finished:
@@ -692,7 +698,7 @@ class LinkNetwork:
     def _reschedule(self, g: FlowGroup, now_s: float, rate_changed: bool) -> None:
         heap = g.heap
         while heap and not heap[0].active:  # drop aborted flows from the top (FlowGroup.top)
-            _heappop(heap)
+            flow_heap_pop(heap)
         handle = g.handle
         if not heap:
             if handle is not None:
@@ -730,12 +736,12 @@ def _group_of(path: tuple[Link, ...], high: bool) -> FlowGroup | None:
     slots = fewest.group_slots
     for i in range(fewest.num_groups):
         g = slots[i]
-        if g.high == high and _same_links(g.path, path):
+        if g.high == high and same_links(g.path, path):
             return g
     return None
 
 
-def _same_links(a: tuple[Link, ...], b: tuple[Link, ...]) -> bool:
+def same_links(a: tuple[Link, ...], b: tuple[Link, ...]) -> bool:
     """`a == b` for two paths (links compare by identity), without the generic comparison per link."""
     if a is b:
         return True

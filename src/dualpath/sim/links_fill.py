@@ -15,7 +15,6 @@ holds everywhere (see `LinkNetwork._incremental`).
 
 from __future__ import annotations
 
-import heapq
 import math
 from typing import TYPE_CHECKING, Final, TypeVar
 
@@ -31,8 +30,6 @@ if TYPE_CHECKING:
 SAT_RTOL: Final = 1e-8
 # Infinity as a compiled constant: `float("inf")` in a loop parses the string on every pass in the native build.
 _INF: Final = math.inf
-# `heapq`'s function as a compiled constant: a call through the module looks the name up in its dict.
-_heappop: Final = heapq.heappop
 
 
 class FlowGroup:
@@ -87,8 +84,63 @@ class FlowGroup:
         """The live flow with the smallest finish tag (drops aborted flows from the top)."""
         heap = self.heap
         while heap and not heap[0].active:
-            _heappop(heap)
+            flow_heap_pop(heap)
         return heap[0] if heap else None
+
+
+# NOTE: a group's flows are a binary min-heap in a list, ordered by `Flow.__lt__` (finish tag, then
+# join order), kept by the two functions below: `heapq`'s algorithm step for step (its `heappush` and
+# `heappop`, with `_siftdown` and `_siftup`), so the list holds the same flows in the same places. They
+# compare the two unboxed fields directly; `heapq` called `Flow.__lt__` through the interpreter's
+# generic comparison, several hundred instructions per push and pop (benchmarks/README.md).
+
+
+def _flow_before(a: Flow, b: Flow) -> bool:
+    """`a < b` (`Flow.__lt__`): the finish tag, then the join order (unique, so the order is total)."""
+    if a._tag != b._tag:
+        return a._tag < b._tag
+    return a._seq < b._seq
+
+
+def _flow_sift_down(heap: list[Flow], top: i64, pos: i64) -> None:
+    """`heapq._siftdown`: the flow at `pos` up towards `top`, moving the later parents down."""
+    flow = heap[pos]
+    while pos > top:
+        parent_pos = (pos - 1) >> 1
+        parent = heap[parent_pos]
+        if not _flow_before(flow, parent):
+            break
+        heap[pos] = parent
+        pos = parent_pos
+    heap[pos] = flow
+
+
+def flow_heap_push(heap: list[Flow], flow: Flow) -> None:
+    """`heapq.heappush(heap, flow)`."""
+    heap.append(flow)
+    _flow_sift_down(heap, 0, len(heap) - 1)
+
+
+def flow_heap_pop(heap: list[Flow]) -> Flow:
+    """`heapq.heappop(heap)`: the smallest flow out; the last one fills the root's place and sifts (the
+    hole down to a leaf along the earlier child, then the flow back up: `heapq._siftup`)."""
+    last = heap.pop()
+    if not heap:
+        return last
+    smallest = heap[0]
+    end: i64 = len(heap)
+    pos: i64 = 0
+    child: i64 = 1
+    while child < end:
+        right = child + 1
+        if right < end and not _flow_before(heap[child], heap[right]):
+            child = right
+        heap[pos] = heap[child]
+        pos = child
+        child = 2 * pos + 1
+    heap[pos] = last
+    _flow_sift_down(heap, 0, pos)
+    return smallest
 
 
 _Item = TypeVar("_Item")
@@ -116,15 +168,19 @@ def add_group(link: Link, group: FlowGroup) -> None:
 
 
 def remove_group(link: Link, group: FlowGroup) -> None:
-    """`group` leaves `link`'s groups; the later ones move up a slot, in order, and the last slot used
-    gets `FREE_SLOT`.
+    """`group` leaves `link`'s groups (`_remove_slot`)."""
+    link.num_groups = _remove_slot(link.group_slots, link.num_groups, group)
+
+
+def _remove_slot(slots: list[FlowGroup], count: i64, group: FlowGroup) -> i64:
+    """`group` leaves the first `count` of `slots`; the later ones move up a slot, in order, and the last
+    slot used gets `FREE_SLOT`. Returns the new count.
 
     NOTE: the slots stay. A list that removes its items (`list.remove`, `pop`) gives its storage back
     when it empties, and the next group to join allocates it again: a link of a 2P4D run empties and
     fills again with most flows, two reallocations per group per link (benchmarks/README.md).
     """
-    slots = link.group_slots
-    last = link.num_groups - 1
+    last = count - 1
     i: i64 = 0
     while slots[i] is not group:  # groups compare by identity, as `list.remove` would find it
         i += 1
@@ -132,7 +188,7 @@ def remove_group(link: Link, group: FlowGroup) -> None:
         slots[i] = slots[i + 1]
         i += 1
     slots[last] = FREE_SLOT
-    link.num_groups = last
+    return last
 
 
 def free_slots(items: list[FlowGroup], count: i64) -> None:
@@ -399,14 +455,16 @@ _HEAP_FILL_LINKS: Final = 100
 
 
 def set_bottleneck(g: FlowGroup, link: Link | None) -> None:
-    """Remember `link` as the group's bottleneck, in the link's index of groups bottlenecked there."""
+    """Remember `link` as the group's bottleneck, in the link's index of groups bottlenecked there
+    (`Link.bottleneck_slots`)."""
     old = g.bottleneck
     if old is link:
         return
     if old is not None:
-        old.bottlenecked.remove(g)
+        old.num_bottlenecked = _remove_slot(old.bottleneck_slots, old.num_bottlenecked, g)
     if link is not None:
-        link.bottlenecked.append(g)
+        put_at(link.bottleneck_slots, link.num_bottlenecked, g)
+        link.num_bottlenecked += 1
     g.bottleneck = link
 
 
@@ -508,7 +566,9 @@ def find_violations(
         sat = link.vio_load >= link.capacity_bytes_per_s * tol
         link.vio_sat = _SAT if sat else _UNSAT
         if sat or was_saturated(link, update):
-            for h in link.bottlenecked:
+            bottlenecked = link.bottleneck_slots
+            for j in range(link.num_bottlenecked):
+                h = bottlenecked[j]
                 if not h.refill and not h.vio_seen:
                     h.vio_seen = True
                     put_at(candidates, num_candidates, h)
