@@ -36,7 +36,7 @@ from dualpath.sim.gc_tuning import held_back_gc
 from dualpath.sim.host import HostSpec, RuntimeHost
 from dualpath.sim.huge_pages import use_huge_page_arenas
 from dualpath.sim.kernel import EventHandle, Simulator
-from dualpath.sim.links import Link, LinkNetwork, TrafficClass
+from dualpath.sim.links import Link, LinkNetwork, TrafficClass, same_links
 from dualpath.sim.prefill_timing import layerwise_end_s, whole_kv_end_s
 from dualpath.sim.rates import core_rates, hbm_kv_tokens
 from dualpath.sim.topology import Topology
@@ -676,9 +676,10 @@ class Simulation:
         if self.mode.skip_io:
             self._start_compute(step)
             return
-        for size, path in self._hops(c, "load"):
+        paths, sizes = self._hops(c, "load")
+        for k in range(len(paths)):
             step.loads += 1
-            self.net.start_flow(size, path, LOW, self._on_load_done, step)
+            self.net.start_flow(sizes[k], paths[k], LOW, self._on_load_done, step)
         if c.layerwise:
             self._start_outs(step)
         if not step.loads:
@@ -711,28 +712,32 @@ class Simulation:
                 self._attention_ratios_busy.append(ratio)
                 self._attention_busy_times_s.append(self.sim.now_s)
 
-    def _hops(self, c: cmd.StartPrefillStep, kind: str) -> list[tuple[float, tuple]]:  # type: ignore[type-arg]
-        """One flow per (engine, source or destination) pair: bytes of all layers and requests."""
-        sizes: dict[tuple, float] = {}  # type: ignore[type-arg]
+    def _hops(self, c: cmd.StartPrefillStep, kind: str) -> tuple[list[tuple[Link, ...]], list[float]]:
+        """One flow per (engine, source or destination) pair: the pairs' paths in the order they first
+        appear, and each one's bytes of all layers and requests (`_add_hop`)."""
+        paths: list[tuple[Link, ...]] = []
+        sizes: list[float] = []
+        kv_bytes = self.kv_bytes
         for batch in c.batches:
             for it in batch:
                 de = it.de_engine
                 if kind == "load":
                     if it.load_pe_tokens:
-                        key = self.topo.load_local(it.pe_engine)
-                        sizes[key] = sizes.get(key, 0.0) + it.load_pe_tokens * self.kv_bytes
+                        _add_hop(
+                            paths, sizes, self.topo.load_local(it.pe_engine), it.load_pe_tokens * kv_bytes
+                        )
                     if it.load_de_tokens:
-                        key = self.topo.load_remote(de, it.pe_engine)
-                        sizes[key] = sizes.get(key, 0.0) + it.load_de_tokens * self.kv_bytes
+                        path = self.topo.load_remote(de, it.pe_engine)
+                        _add_hop(paths, sizes, path, it.load_de_tokens * kv_bytes)
                 elif it.out_tokens:
-                    key = self.topo.kv_out(it.pe_engine, de)
-                    sizes[key] = sizes.get(key, 0.0) + it.out_tokens * self.kv_bytes
-        return [(size, path) for path, size in sizes.items()]
+                    _add_hop(paths, sizes, self.topo.kv_out(it.pe_engine, de), it.out_tokens * kv_bytes)
+        return paths, sizes
 
     def _start_outs(self, step: _Step) -> None:
-        for size, path in self._hops(step.c, "out"):
+        paths, sizes = self._hops(step.c, "out")
+        for i in range(len(paths)):
             step.outs += 1
-            self.net.start_flow(size, path, LOW, self._on_out_done, step)
+            self.net.start_flow(sizes[i], paths[i], LOW, self._on_out_done, step)
 
     def _load_done(self, step: _Step) -> None:
         if step.dead:
@@ -830,6 +835,22 @@ class Simulation:
         self._do(commands)
         if not run.busy:
             self._decode_start(node)
+
+
+def _add_hop(
+    paths: list[tuple[Link, ...]], sizes: list[float], path: tuple[Link, ...], size_bytes: float
+) -> None:
+    """Add `size_bytes` to `path`'s bytes in `Simulation._hops`' two lists, `path` appended if new.
+
+    NOTE: a scan of the step's few paths, which compare by their links' identity as tuple keys of a dict
+    compare `Link`s: a dict keyed by path hashed each tuple link by link at every item of every step
+    (benchmarks/README.md)."""
+    for i in range(len(paths)):
+        if same_links(paths[i], path):
+            sizes[i] += size_bytes
+            return
+    paths.append(path)
+    sizes.append(size_bytes)
 
 
 def _decode_step_max_s(model: CostModel, node: DecodeNode) -> float:
