@@ -220,9 +220,10 @@ def test_a_path_emptied_and_joined_in_one_instant_starts_afresh() -> None:
 
 
 def test_the_rate_updates_scratch_lists_hold_no_group_between_updates() -> None:
-    # `links_fill.free_slots`: between updates, the slots of the network's fill list, dirty list and
-    # violation candidates hold the placeholder, not groups of past updates (releasing a long-gone group at the slot's next
-    # use was a cache miss on a large cluster). Parking lot: fills of several groups.
+    # `links_fill.free_slots`: between updates, the slots of the network's fill list, dirty list,
+    # violation candidates, re-filled and frozen groups hold the placeholder, not groups of past updates
+    # (releasing a long-gone group at the slot's next use was a cache miss on a large cluster).
+    # Parking lot: fills of several groups.
     sim, net, fin = make_net()
     a, b = net.add_link("a", 10 * GB), net.add_link("b", 6 * GB)
     net.start_flow(9 * GB, [a, b], LOW, done_at, sim, fin, "ab")
@@ -234,11 +235,14 @@ def test_the_rate_updates_scratch_lists_hold_no_group_between_updates() -> None:
     assert all(link.fill_len == 0 for link in (a, b))
     assert net._dirty_groups and all(g is FREE_SLOT for g in net._dirty_groups)  # noqa: SLF001
     assert net._vio_groups and all(g is FREE_SLOT for g in net._vio_groups)  # noqa: SLF001 (find_violations)
+    assert len(net._refilled) >= 2 and all(g is FREE_SLOT for g in net._refilled)  # noqa: SLF001
+    assert len(net._frozen) >= 2 and all(g is FREE_SLOT for g in net._frozen)  # noqa: SLF001
     assert all(not link.vio_new and link.vio_top == -1.0 for link in (a, b))
     sim.run()
     assert set(fin) == {"ab", "a", "b"}
     assert all(g is FREE_SLOT for g in net._fill_members)  # noqa: SLF001
     assert all(g is FREE_SLOT for g in net._vio_groups)  # noqa: SLF001
+    assert all(g is FREE_SLOT for g in (*net._refilled, *net._frozen))  # noqa: SLF001
 
 
 def test_utilisation_record_and_resampling() -> None:

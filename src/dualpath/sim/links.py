@@ -42,6 +42,7 @@ from dualpath.sim.links_fill import (
     add_group,
     bottlenecked_on,
     fill,
+    fill_into,
     find_violations,
     flow_heap_pop,
     flow_heap_push,
@@ -307,6 +308,9 @@ class LinkNetwork:
         "_dirty_groups",
         "_num_dirty",
         "_fill_members",
+        "_fill_links",
+        "_refilled",
+        "_frozen",
         "_vio_links",
         "_vio_groups",
         "_update_number",
@@ -343,8 +347,12 @@ class LinkNetwork:
         # list, whose slots stay for the next instant (`links_fill.put_at`).
         self._dirty_groups: list[FlowGroup] = []
         self._num_dirty: i64 = 0
-        # Every fill's groups per link, a run of slots per link (`links_fill.fill`); kept for the next fill.
+        # Every fill's groups per link, a run of slots per link, and its links (`links_fill.fill_into`);
+        # the incremental update's re-filled groups and the groups as they froze: kept for the next update.
         self._fill_members: list[FlowGroup] = []
+        self._fill_links: list[Link] = []
+        self._refilled: list[FlowGroup] = []
+        self._frozen: list[FlowGroup] = []
         # `find_violations`' links and candidate groups, kept for the next update likewise.
         self._vio_links: list[Link] = []
         self._vio_groups: list[FlowGroup] = []
@@ -565,16 +573,23 @@ class LinkNetwork:
             dirty[i].dirty = False
         mixed = self._num_high > 0 and self._num_low > 0
         # Two classes (or the first update after them): exact three-pass WRR on the whole component.
-        refilled = self._two_class(dirty[:n]) if mixed or self._was_mixed else self._incremental(dirty, n)
+        if mixed or self._was_mixed:
+            refilled = self._two_class(dirty[:n])
+            num_refilled: i64 = len(refilled)
+        else:
+            refilled = self._frozen
+            num_refilled = self._incremental(dirty, n)
         self._was_mixed = mixed
-        if refilled:
+        if num_refilled:
             self.recomputes += 1
         self._update_number += 1  # this update's `sat_before` records are stale from now on
-        self._apply(refilled, dirty, n)
+        self._apply(refilled, num_refilled, dirty, n)
         free_slots(dirty, n)  # while these groups are in cache (`links_fill.free_slots`)
+        if refilled is self._frozen:
+            free_slots(refilled, num_refilled)
         self._num_dirty = 0
 
-    def _incremental(self, dirty: list[FlowGroup], num_dirty: i64) -> list[FlowGroup]:
+    def _incremental(self, dirty: list[FlowGroup], num_dirty: i64) -> i64:
         """NOTE: single-class max-min, re-filling only the groups a change can reach.
 
             refilled = dirty groups + the groups bottlenecked on their links (saturated, fastest there)
@@ -583,31 +598,40 @@ class LinkNetwork:
 
         The result meets the bottleneck condition everywhere, so it is *the* max-min allocation (unique),
         the same as re-filling the whole component; typically only a few groups are touched.
-        Returns the re-filled groups, each with its new rate in `fill_rate`.
+        Returns how many groups it re-filled: the first slots of `_frozen`, in the order they froze, each
+        with its new rate in `fill_rate` (the caller frees those slots).
         """
-        refilled: list[FlowGroup] = []  # each once: its `refill` flag, reset before returning
+        # The re-filled groups, each once (its `refill` flag, reset before returning): the first
+        # `num_refilled` slots of a list kept between updates (`links_fill.put_at`), freed at the end.
+        refilled = self._refilled
+        num_refilled: i64 = 0
         update = self._update_number
         for i in range(num_dirty):
             g = dirty[i]
             if g.num_flows and not g.refill:
                 g.refill = True
-                refilled.append(g)
+                put_at(refilled, num_refilled, g)
+                num_refilled += 1
             for link in g.path:
                 if was_saturated(link, update):
-                    bottlenecked_on(link, refilled)
-        if not refilled:
-            return []
+                    num_refilled = bottlenecked_on(link, refilled, num_refilled)
+        if not num_refilled:
+            return 0
         while True:
-            frozen = fill(refilled, None, self._fill_members)  # within what the other groups leave
-            grow = find_violations(refilled, update, self._vio_links, self._vio_groups)
-            if not grow:
+            # within what the other groups leave
+            num_frozen = fill_into(
+                refilled, num_refilled, None, self._fill_members, self._fill_links, self._frozen, None, -1
+            )
+            grown = find_violations(refilled, num_refilled, update, self._vio_links, self._vio_groups)
+            if grown == num_refilled:
                 break
-            for g in grow:  # none of them is re-filled yet (`find_violations`)
-                g.refill = True
-                refilled.append(g)
-        for g in refilled:
-            g.refill = False
-        return frozen
+            for i in range(num_refilled, grown):  # none of them is re-filled yet (`find_violations`)
+                refilled[i].refill = True
+            num_refilled = grown
+        for i in range(num_refilled):
+            refilled[i].refill = False
+        free_slots(refilled, num_refilled)
+        return num_frozen
 
     def _two_class(self, dirty: list[FlowGroup]) -> list[FlowGroup]:
         """Paper §5.1 WRR over the dirty groups' connected component (module docstring: three passes).
@@ -647,13 +671,17 @@ class LinkNetwork:
             g.fill_rate = r
         return list(rates)
 
-    def _apply(self, refilled: list[FlowGroup], dirty: list[FlowGroup], num_dirty: i64) -> None:
-        """Set the re-filled groups' new rates, their `fill_rate` (links settle their bytes first), and
-        move the completion events of those and of the first `num_dirty` groups of `dirty`."""
+    def _apply(
+        self, refilled: list[FlowGroup], num_refilled: i64, dirty: list[FlowGroup], num_dirty: i64
+    ) -> None:
+        """Set the re-filled groups' (the first `num_refilled` of `refilled`) new rates, their `fill_rate`
+        (links settle their bytes first), and move the completion events of those and of the first
+        `num_dirty` groups of `dirty`."""
         now_s = self.sim.now_s
         # The groups whose rate moved are marked (`rate_moved`, reset below) rather than listed; the last
         # loop finds them again in `refilled`, which holds each group once (a fill freezes each once).
-        for g in refilled:
+        for k in range(num_refilled):
+            g = refilled[k]
             new = g.fill_rate
             old = g.rate
             if old > 0.0 and abs(new - old) <= _RATE_RTOL * old:
@@ -690,7 +718,8 @@ class LinkNetwork:
             g = dirty[i]
             if g.num_flows and not g.rate_moved:
                 self._reschedule(g, now_s, False)
-        for g in refilled:
+        for k in range(num_refilled):
+            g = refilled[k]
             if g.rate_moved:
                 g.rate_moved = False
                 self._reschedule(g, now_s, True)

@@ -214,7 +214,25 @@ def fill(
     """Progressive filling: max-min fair per-flow rates for `groups` within `residual` bytes/s per link.
 
     Returns the groups in the order they froze, each with its rate in `fill_rate` (a field, not a dict
-    of rates: no float object and no hashing per group).
+    of rates: no float object and no hashing per group). `fill_into` with lists of its own.
+    """
+    frozen: list[FlowGroup] = []  # `fill_into` appends to an empty list (`put_at`)
+    fill_into(groups, len(groups), residual, members, [], frozen, frozen_at, heap_above_links)
+    return frozen
+
+
+def fill_into(
+    groups: list[FlowGroup],
+    num_groups: i64,
+    residual: dict[Link, float] | None,
+    members: list[FlowGroup],
+    links: list[Link],
+    frozen: list[FlowGroup],
+    frozen_at: dict[FlowGroup, Link] | None,
+    heap_above_links: i64,
+) -> i64:
+    """`fill` of the first `num_groups` of `groups` into the first slots of `frozen`, in the order they
+    froze, each with its rate in `fill_rate`; returns how many froze (all of them: each has flows).
 
     Every link of every group must be a key of `residual` (read, not modified). None: each link's
     capacity less what the groups not in `groups` use now, taken from the link's aggregate rate (kept
@@ -222,12 +240,14 @@ def fill(
     DRAM link crossed by many groups costs O(1)); negative leftovers (float residue) count as 0.
     Repeatedly the link with the smallest fair share (residual / unfrozen flows) freezes its unfrozen
     groups at that share.
-    `members` is the caller's scratch list (its network's, kept between fills): each link's groups to
-    fill, one run of slots per link. `frozen_at`, if given, receives the link each group was frozen at.
-    `heap_above_links` (tests and benchmarks; < 0: `_HEAP_FILL_LINKS`): above this many links the loop
-    keeps its candidates in a heap, else it scans them.
+    `members`, `links` and `frozen` are the caller's scratch lists (its network's, kept between fills,
+    `put_at`): each link's groups to fill, one run of slots per link; the links to fill; the groups as
+    they freeze (the caller gives their slots `FREE_SLOT` once it has read them: `free_slots`).
+    `frozen_at`, if given, receives the link each group was frozen at. `heap_above_links` (tests and
+    benchmarks; < 0: `_HEAP_FILL_LINKS`): above this many links the loop keeps its candidates in a
+    heap, else it scans them.
     """
-    if len(groups) == 1:  # the common case: one group, limited by its tightest link
+    if num_groups == 1:  # the common case: one group, limited by its tightest link
         g = groups[0]
         path = g.path
         used = g.num_flows * g.rate
@@ -241,16 +261,20 @@ def fill(
         if frozen_at is not None:
             frozen_at[g] = link
         g.fill_rate = best if best > 0.0 else 0.0
-        return [g]
+        put_at(frozen, 0, g)
+        return 1
     # NOTE: the fill's per-link state (unfrozen flows, residual, groups to fill) lives in scratch fields
     # of the links themselves (`Link.fill_*`), not in dicts keyed by link: the fill is most of a rate
     # update, and a field is read without hashing. A link's groups to fill are the `fill_len` slots of
     # `members` from `fill_start`, in the order of `groups`: one list for all links, kept by the network
     # and warm, where a list per link was two more objects per link to miss in on a large cluster
     # (benchmarks/README.md). Between fills every `fill_count` is 0 (a link leaves the fill when its last
-    # unfrozen group freezes) and every `fill_len` is 0.
-    order: list[Link] = []  # the links to fill, first seen first: the scan's tie-break order
-    for g in groups:
+    # unfrozen group freezes) and every `fill_len` is 0. The lists of a fill (its links, its groups as
+    # they freeze) are kept slots too: a list made per fill and grown from empty was a third of the
+    # rate update's allocations (benchmarks/README.md).
+    num_links: i64 = 0  # the links to fill, first seen first: the scan's tie-break order
+    for i in range(num_groups):
+        g = groups[i]
         n = g.num_flows
         used = n * g.rate
         for link in g.path:
@@ -261,58 +285,70 @@ def fill(
                     link.fill_residual = link.capacity_bytes_per_s - link.rate_high - link.rate_low + used
                 else:
                     link.fill_residual = residual[link]
-                order.append(link)
+                put_at(links, num_links, link)
+                num_links += 1
             else:
                 link.fill_count = c + n
                 if residual is None:
                     link.fill_residual += used
             link.fill_len += 1
     slots: i64 = 0  # each link's run of `members`, then its groups into it
-    for link in order:
+    for k in range(num_links):
+        link = links[k]
         link.fill_start = slots
         slots += link.fill_len
         link.fill_len = 0
     while len(members) < slots:
         members.append(FREE_SLOT)
-    for g in groups:
+    for i in range(num_groups):
+        g = groups[i]
         for link in g.path:
             members[link.fill_start + link.fill_len] = g
             link.fill_len += 1
     if residual is None:
-        for link in order:
+        for k in range(num_links):
+            link = links[k]
             if link.fill_residual < 0.0:
                 link.fill_residual = 0.0
-    if len(order) > (heap_above_links if heap_above_links >= 0 else _HEAP_FILL_LINKS):
-        frozen = _fill_with_heap(order, members, frozen_at)
+    if num_links > (heap_above_links if heap_above_links >= 0 else _HEAP_FILL_LINKS):
+        num_frozen = _fill_with_heap(links[:num_links], members, frozen, frozen_at)
     else:
-        frozen = _fill_by_scan(order, members, frozen_at)
-    for link in order:
-        link.fill_len = 0
+        num_frozen = _fill_by_scan(links, num_links, members, frozen, frozen_at)
+    for k in range(num_links):
+        links[k].fill_len = 0
     free_slots(members, slots)
-    for g in frozen:
-        g.fill_frozen = False
-    return frozen
+    for i in range(num_frozen):
+        frozen[i].fill_frozen = False
+    return num_frozen
 
 
 def _fill_by_scan(
-    order: list[Link], members: list[FlowGroup], frozen_at: dict[FlowGroup, Link] | None
-) -> list[FlowGroup]:
-    """`fill`'s loop for small sets: each round scans the links for the smallest fair share among those
-    with unfrozen flows (the earlier link on a tie) and freezes there. Every group crosses such a link
-    until it is frozen (num_flows > 0), so this runs until all are."""
-    frozen: list[FlowGroup] = []
+    links: list[Link],
+    num_links: i64,
+    members: list[FlowGroup],
+    frozen: list[FlowGroup],
+    frozen_at: dict[FlowGroup, Link] | None,
+) -> i64:
+    """`fill`'s loop for small sets: each round scans the first `num_links` of `links` for the smallest
+    fair share among those with unfrozen flows (the earlier link on a tie) and freezes there. Every group
+    crosses such a link until it is frozen (num_flows > 0), so this runs until all are. Returns how many
+    froze (into `frozen`)."""
+    num_frozen: i64 = 0
     while True:
         bottleneck = None
         best = _INF
-        for link in order:
+        for k in range(num_links):
+            link = links[k]
             n = link.fill_count
             if n:
                 fair = link.fill_residual / n
                 if fair < best:
                     best, bottleneck = fair, link
         if bottleneck is None:
-            return frozen
-        _freeze(bottleneck, best if best > 0.0 else 0.0, members, frozen, frozen_at, None)
+            return num_frozen
+        num_frozen = _freeze(
+            bottleneck, best if best > 0.0 else 0.0, members, frozen, num_frozen, frozen_at, None
+        )
 
 
 def _freeze(
@@ -320,12 +356,13 @@ def _freeze(
     best: float,
     members: list[FlowGroup],
     frozen: list[FlowGroup],
+    num_frozen: i64,
     frozen_at: dict[FlowGroup, Link] | None,
     touched: list[Link] | None,
-) -> None:
-    """Freeze the bottleneck's unfrozen groups at `best` (appended to `frozen`); their links lose their
-    flows and share. `touched`, if given, receives each link whose share changed once (`fill_touched`
-    set; the caller resets it), those left without unfrozen flows too."""
+) -> i64:
+    """Freeze the bottleneck's unfrozen groups at `best` (into `frozen` from slot `num_frozen` on; returns
+    the new count); their links lose their flows and share. `touched`, if given, receives each link whose
+    share changed once (`fill_touched` set; the caller resets it), those left without unfrozen flows too."""
     start = bottleneck.fill_start
     for i in range(start, start + bottleneck.fill_len):
         g = members[i]
@@ -333,7 +370,8 @@ def _freeze(
             continue
         g.fill_frozen = True
         g.fill_rate = best
-        frozen.append(g)
+        put_at(frozen, num_frozen, g)
+        num_frozen += 1
         if frozen_at is not None:
             frozen_at[g] = bottleneck
         n = g.num_flows
@@ -345,13 +383,18 @@ def _freeze(
             if touched is not None and not link.fill_touched:
                 link.fill_touched = True
                 touched.append(link)
+    return num_frozen
 
 
 def _fill_with_heap(
-    order: list[Link], members: list[FlowGroup], frozen_at: dict[FlowGroup, Link] | None
-) -> list[FlowGroup]:
+    heap: list[Link],
+    members: list[FlowGroup],
+    frozen: list[FlowGroup],
+    frozen_at: dict[FlowGroup, Link] | None,
+) -> i64:
     """`fill`'s loop for large sets (a cluster of tens of nodes re-fills 100+ groups over as many links):
     the same choices, the link with the smallest fair share first and the earlier link on a tie.
+    `heap` is a new list of the links, in the fill's order. Returns how many froze (into `frozen`).
 
     NOTE: the heap holds the links themselves, keyed (`fill_share`, `fill_order`), each at its place
     (`fill_pos`; -1 once out). A freeze changes the shares of the links its groups cross: each moves
@@ -359,7 +402,6 @@ def _fill_with_heap(
     freeze makes no object, where entries pushed anew at each change (the stale ones skipped when
     popped) would be made, sifted in and popped at every freeze of a large fill.
     """
-    heap = order[:]
     for i in range(len(heap)):
         link = heap[i]
         link.fill_order = i
@@ -367,13 +409,15 @@ def _fill_with_heap(
         link.fill_share = link.fill_residual / link.fill_count
     for pos in range(len(heap) // 2 - 1, -1, -1):  # heapify: each parent down into its subtree
         _link_sift_down(heap, pos, heap[pos])
-    frozen: list[FlowGroup] = []
+    num_frozen: i64 = 0
     touched: list[Link] = []  # of one freeze
     while heap:
         bottleneck = heap[0]
         _link_remove(heap, bottleneck)
         fair = bottleneck.fill_share
-        _freeze(bottleneck, fair if fair > 0.0 else 0.0, members, frozen, frozen_at, touched)
+        num_frozen = _freeze(
+            bottleneck, fair if fair > 0.0 else 0.0, members, frozen, num_frozen, frozen_at, touched
+        )
         for link in touched:
             link.fill_touched = False
             if link.fill_pos < 0:
@@ -384,7 +428,7 @@ def _fill_with_heap(
             else:
                 _link_remove(heap, link)
         touched.clear()
-    return frozen
+    return num_frozen
 
 
 def _link_before(a: Link, b: Link) -> bool:
@@ -495,16 +539,19 @@ def cached_top_rate(link: Link) -> float:
     return top
 
 
-def bottlenecked_on(link: Link, into: list[FlowGroup]) -> None:
-    """Append to `into` the groups at the largest rate on `link` (its bottlenecked ones, if the link is
-    saturated) that are not re-filled yet, marking them re-filled (`refill`)."""
+def bottlenecked_on(link: Link, into: list[FlowGroup], count: i64) -> i64:
+    """Put into the slots of `into` from `count` on (`put_at`) the groups at the largest rate on `link`
+    (its bottlenecked ones, if the link is saturated) that are not re-filled yet, marking them re-filled
+    (`refill`); returns the new count."""
     top = cached_top_rate(link) * (1.0 - SAT_RTOL)
     slots = link.group_slots
     for i in range(link.num_groups):
         g = slots[i]
         if g.rate >= top and not g.refill:
             g.refill = True
-            into.append(g)
+            put_at(into, count, g)
+            count += 1
+    return count
 
 
 def was_saturated(link: Link, update: i64) -> bool:
@@ -524,11 +571,12 @@ def was_saturated(link: Link, update: i64) -> bool:
 
 
 def find_violations(
-    refilled: list[FlowGroup], update: i64, links: list[Link], candidates: list[FlowGroup]
-) -> list[FlowGroup]:
-    """Groups to add to `refilled` so that re-filling can restore the bottleneck condition (empty: none),
-    in the order found. The re-filled groups (`refill` set) have their new rates in `fill_rate` (`fill`
-    over `refilled`).
+    refilled: list[FlowGroup], num_refilled: i64, update: i64, links: list[Link], candidates: list[FlowGroup]
+) -> i64:
+    """Groups to add to the re-filled ones, the first `num_refilled` of `refilled`, so that re-filling can
+    restore the bottleneck condition: put into the slots after them (`put_at`) in the order found; returns
+    the new count (`num_refilled`: none). The re-filled groups (`refill` set) have their new rates in
+    `fill_rate` (`fill` over them); the added ones are not marked (`refill`: the caller's).
 
     Only groups whose condition can have changed are checked: the re-filled ones, and the others on a
     link the re-filled ones cross that was or is saturated (an unsaturated link is nobody's bottleneck,
@@ -546,7 +594,8 @@ def find_violations(
     """
     tol = 1.0 - SAT_RTOL
     num_links: i64 = 0  # `links`: those the re-filled groups cross (`vio_load`: load with the new rates)
-    for g in refilled:
+    for i in range(num_refilled):
+        g = refilled[i]
         change = g.num_flows * (g.fill_rate - g.rate)
         for link in g.path:
             if link.vio_new:
@@ -557,8 +606,8 @@ def find_violations(
                 put_at(links, num_links, link)
                 num_links += 1
     num_candidates: i64 = 0  # the re-filled groups, then those bottlenecked on their links, each once
-    for g in refilled:
-        put_at(candidates, num_candidates, g)
+    for i in range(num_refilled):
+        put_at(candidates, num_candidates, refilled[i])
         num_candidates += 1
     num_crossed = num_links
     for k in range(num_crossed):
@@ -573,11 +622,11 @@ def find_violations(
                     h.vio_seen = True
                     put_at(candidates, num_candidates, h)
                     num_candidates += 1
-    for c in range(len(refilled), num_candidates):
+    for c in range(num_refilled, num_candidates):
         candidates[c].vio_seen = False
     # From here on `links` also collects the other links whose scratch fields get set (`vio_new`
     # False), so that one loop resets them all.
-    grow: list[FlowGroup] = []  # each once (`vio_seen`)
+    num_grown = num_refilled  # the groups to add, each once (`vio_seen`), after the re-filled ones
     for c in range(num_candidates):
         g = candidates[c]
         refill = g.refill
@@ -606,7 +655,8 @@ def find_violations(
         if not refill:
             if not g.vio_seen:
                 g.vio_seen = True
-                grow.append(g)
+                put_at(refilled, num_grown, g)
+                num_grown += 1
             continue
         # A re-filled group under a faster fixed one: the fixed ones must give way. Only those on its
         # saturated links and faster than it can (fill froze it at a saturated link, where a faster
@@ -623,7 +673,8 @@ def find_violations(
                     gave_way = True
                     if not h.vio_seen:
                         h.vio_seen = True
-                        grow.append(h)
+                        put_at(refilled, num_grown, h)
+                        num_grown += 1
         if not gave_way:
             for link in g.path:
                 slots = link.group_slots
@@ -631,16 +682,17 @@ def find_violations(
                     h = slots[j]
                     if not h.refill and not h.vio_seen:
                         h.vio_seen = True
-                        grow.append(h)
+                        put_at(refilled, num_grown, h)
+                        num_grown += 1
     for k in range(num_links):
         link = links[k]
         link.vio_new = False
         link.vio_sat = _UNKNOWN
         link.vio_top = -1.0
     free_slots(candidates, num_candidates)
-    for g in grow:
-        g.vio_seen = False
-    return grow
+    for i in range(num_refilled, num_grown):
+        refilled[i].vio_seen = False
+    return num_grown
 
 
 # `Link.vio_sat`: saturated, as `find_violations` has worked it out so far.
