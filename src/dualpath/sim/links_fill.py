@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Final, TypeVar
 
-from mypy_extensions import i64
+from mypy_extensions import i64, mypyc_attr
 
 if TYPE_CHECKING:
     from dualpath.sim.kernel import EventHandle
@@ -32,6 +32,7 @@ SAT_RTOL: Final = 1e-8
 _INF: Final = math.inf
 
 
+@mypyc_attr(free_list_len=1)  # made at a path's first flow, freed after the update its last one left in
 class FlowGroup:
     """The active flows of one (traffic class, path): equal rates, one virtual clock, one kernel event."""
 
