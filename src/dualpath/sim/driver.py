@@ -307,7 +307,11 @@ class Simulation:
         self._times: list[RequestTimes] = []
         self._agent_of: list[Agent | None] = []
         self._steps: dict[int, _Step] = {}
-        self._decode = {n: _DecodeRun() for n in self.core.de_nodes}
+        # Each DE node's decode run at its node id (None at a PE node's): a list, not a dict, read at
+        # every decode event without hashing.
+        self._decode: list[_DecodeRun | None] = [None] * nodes
+        for n in self.core.de_nodes:
+            self._decode[n] = _DecodeRun()
         self._fetch_pending = False
         self._io_free: list[tuple[int, bool]] = []  # oracle persists (no I/O time), done after `_do`
         # The D2H pipe of each DE engine, at its engine id (None: none yet): a list, not a dict, since
@@ -533,7 +537,7 @@ class Simulation:
                     if self.stop_reason is not None:
                         self.sim.stop()
         elif c.token_index == 2:
-            run = self._decode.get(self.core.node_of_engine(c.de_engine))
+            run = self._decode[self.core.node_of_engine(c.de_engine)]
             back_s = c.steps_before_now * run.step_s if run is not None else 0.0
             t.second_token_s = self.sim.now_s - back_s
         if c.last:
@@ -552,7 +556,7 @@ class Simulation:
         step = self._steps.get(node)
         if step is not None:
             step.dead = True
-        run = self._decode.get(node)
+        run = self._decode[node]
         if run is not None and run.busy and run.handle is not None:
             self.sim.cancel(run.handle)
         if run is not None:
@@ -791,7 +795,7 @@ class Simulation:
 
     # ---- decode: runs of steps between tokens of interest ---------------------------------------
     def _decode_changed(self, c: cmd.DecodeChanged) -> None:
-        run = self._decode[c.node_id]
+        run = self._decode_run(c.node_id)
         if not run.busy:
             self._decode_start(c.node_id)
             return
@@ -810,8 +814,13 @@ class Simulation:
                 run.start_s + run.steps * run.step_s, self._on_decode_event, c.node_id
             )
 
-    def _decode_start(self, node: int) -> None:
+    def _decode_run(self, node: int) -> _DecodeRun:
         run = self._decode[node]
+        assert run is not None, f"node {node} is not a DE node"
+        return run
+
+    def _decode_start(self, node: int) -> None:
+        run = self._decode_run(node)
         run.steps = self.core.start_decode_run(node)
         run.busy = run.steps > 0
         if not run.busy:
@@ -829,7 +838,7 @@ class Simulation:
         run.handle = self.sim.schedule(run.steps * run.step_s, self._on_decode_event, node)
 
     def _decode_event(self, node: int) -> None:
-        run = self._decode[node]
+        run = self._decode_run(node)
         commands = self.core.advance_decode(node, run.steps, self.sim.now_s)
         run.busy = False
         self._do(commands)

@@ -249,7 +249,7 @@ class RuntimeHost:
         self.s.sim.schedule(self.trip_s, self._decode_ran, node)
 
     def _decode_ran(self, node: int) -> None:
-        run = self.s._decode[node]
+        run = self.s._decode_run(node)
         run.step_s = (self.s.sim.now_s - run.start_s) / run.steps  # wall per step: back-dated milestones
         self.s._decode_event(node)
 
