@@ -93,7 +93,8 @@ class FlowGroup:
 # join order), kept by the two functions below: `heapq`'s algorithm step for step (its `heappush` and
 # `heappop`, with `_siftdown` and `_siftup`), so the list holds the same flows in the same places. They
 # compare the two unboxed fields directly; `heapq` called `Flow.__lt__` through the interpreter's
-# generic comparison, several hundred instructions per push and pop (benchmarks/README.md).
+# generic comparison, several hundred instructions per push and pop (benchmarks/README.md). As the
+# kernel's and a decode node's heaps, each typed on its own entries: a shared one would compare objects.
 
 
 def _flow_before(a: Flow, b: Flow) -> bool:
