@@ -104,10 +104,11 @@ def _flow_before(a: Flow, b: Flow) -> bool:
     return a._seq < b._seq
 
 
-def _flow_sift_down(heap: list[Flow], top: i64, pos: i64) -> None:
-    """`heapq._siftdown`: the flow at `pos` up towards `top`, moving the later parents down."""
+def _flow_sift_up(heap: list[Flow], pos: i64) -> None:
+    """The flow at `pos` up towards the root, moving the later parents down (`heapq._siftdown`, named
+    for its direction here as the other heaps' `_sift_up`)."""
     flow = heap[pos]
-    while pos > top:
+    while pos > 0:
         parent_pos = (pos - 1) >> 1
         parent = heap[parent_pos]
         if not _flow_before(flow, parent):
@@ -120,7 +121,7 @@ def _flow_sift_down(heap: list[Flow], top: i64, pos: i64) -> None:
 def flow_heap_push(heap: list[Flow], flow: Flow) -> None:
     """`heapq.heappush(heap, flow)`."""
     heap.append(flow)
-    _flow_sift_down(heap, 0, len(heap) - 1)
+    _flow_sift_up(heap, len(heap) - 1)
 
 
 def flow_heap_pop(heap: list[Flow]) -> Flow:
@@ -141,7 +142,7 @@ def flow_heap_pop(heap: list[Flow]) -> Flow:
         pos = child
         child = 2 * pos + 1
     heap[pos] = last
-    _flow_sift_down(heap, 0, pos)
+    _flow_sift_up(heap, pos)
     return smallest
 
 
