@@ -316,7 +316,7 @@ def fill_into(
     if num_links > (heap_above_links if heap_above_links >= 0 else _HEAP_FILL_LINKS):
         num_frozen = _fill_with_heap(links[:num_links], members, frozen, frozen_at)
     else:
-        num_frozen = _fill_by_scan(links, num_links, members, frozen, frozen_at)
+        num_frozen = _fill_by_scan(links, num_links, members, frozen, frozen_at, num_groups)
     for k in range(num_links):
         links[k].fill_len = 0
     free_slots(members, slots)
@@ -331,13 +331,15 @@ def _fill_by_scan(
     members: list[FlowGroup],
     frozen: list[FlowGroup],
     frozen_at: dict[FlowGroup, Link] | None,
+    num_groups: i64,
 ) -> i64:
     """`fill`'s loop for small sets: each round scans the first `num_links` of `links` for the smallest
     fair share among those with unfrozen flows (the earlier link on a tie) and freezes there. Every group
-    crosses such a link until it is frozen (num_flows > 0), so this runs until all are. Returns how many
-    froze (into `frozen`)."""
+    crosses such a link until it is frozen (num_flows > 0), so this runs until all `num_groups` are; the
+    round after the last freeze, which would find every link without unfrozen flows, is not scanned.
+    Returns how many froze (into `frozen`)."""
     num_frozen: i64 = 0
-    while True:
+    while num_frozen < num_groups:
         bottleneck = None
         best = _INF
         for k in range(num_links):
@@ -352,6 +354,7 @@ def _fill_by_scan(
         num_frozen = _freeze(
             bottleneck, best if best > 0.0 else 0.0, members, frozen, num_frozen, frozen_at, None
         )
+    return num_frozen
 
 
 def _freeze(
@@ -411,7 +414,7 @@ def _fill_with_heap(
         link.fill_pos = i
         link.fill_share = link.fill_residual / link.fill_count
     for pos in range(len(heap) // 2 - 1, -1, -1):  # heapify: each parent down into its subtree
-        _link_sift_down(heap, pos, heap[pos])
+        _link_sink(heap, pos, heap[pos])
     num_frozen: i64 = 0
     touched: list[Link] = []  # of one freeze
     while heap:
@@ -456,31 +459,35 @@ def _link_sift_up(heap: list[Link], pos: i64, link: Link, top: i64) -> None:
     link.fill_pos = pos
 
 
-def _link_sift_down(heap: list[Link], pos: i64, link: Link) -> None:
-    """Put `link` at `pos` or below it: the hole down to a leaf along the earlier child, then `link` up
-    from there, no higher than `pos` (`heapq`'s `_siftup`)."""
-    end: i64 = len(heap)
-    top = pos
-    child = 2 * pos + 1
-    while child < end:
-        right = child + 1
-        if right < end and not _link_before(heap[child], heap[right]):
-            child = right
-        moved = heap[child]
-        heap[pos] = moved
-        moved.fill_pos = pos
-        pos = child
-        child = 2 * pos + 1
-    _link_sift_up(heap, pos, link, top)
-
-
 def _link_resift(heap: list[Link], link: Link) -> None:
     """`link`'s key changed: up or down from its place."""
     pos = link.fill_pos
     if pos > 0 and _link_before(link, heap[(pos - 1) >> 1]):
         _link_sift_up(heap, pos, link, 0)
     else:
-        _link_sift_down(heap, pos, link)
+        _link_sink(heap, pos, link)
+
+
+def _link_sink(heap: list[Link], pos: i64, link: Link) -> None:
+    """Put `link` at `pos` or below it, moving it down past its earlier child while that child is
+    earlier, and no further. A freeze raises the shares of the links its groups cross, mostly by little
+    (the bottleneck's share was the smallest), so a raised link stops a level or two down; `heapq`'s
+    sift (the hole to a leaf, then the entry back up from there) went to a leaf every time."""
+    end: i64 = len(heap)
+    child = 2 * pos + 1
+    while child < end:
+        right = child + 1
+        if right < end and _link_before(heap[right], heap[child]):
+            child = right
+        moved = heap[child]
+        if not _link_before(moved, link):
+            break
+        heap[pos] = moved
+        moved.fill_pos = pos
+        pos = child
+        child = 2 * pos + 1
+    heap[pos] = link
+    link.fill_pos = pos
 
 
 def _link_remove(heap: list[Link], link: Link) -> None:
