@@ -126,12 +126,16 @@ class RequestScheduler:
         self._read_q = [0] * num_nodes  # last report + our own assignments
         # Each group's candidates, one object per engine, rewritten from its reports at each fetch
         # (`_pe_candidates`, `_de_candidates`): used during the fetch only, not built anew each time.
-        self._pe_cands: dict[int, list[PeCandidate]] = {}
-        self._de_cands: dict[int, list[DeCandidate]] = {}
+        self._pe_cands: list[list[PeCandidate] | None] = [None] * num_nodes  # by node id
+        self._de_cands: list[list[DeCandidate] | None] = [None] * num_nodes
         # Σ tok per DE group, last report + routed, with phase 1's next group at hand (`GroupTokens`).
         self._group_tok = GroupTokens(list(self._de_nodes))
         self._global: Fifo[Request] = Fifo()
         self._de_queues: dict[int, Fifo[Request]] = {n: Fifo() for n in self._de_nodes}
+        # The same queues by node id (None: no DE node), for the lookups of each fetch and report.
+        self._de_queue_at: list[Fifo[Request] | None] = [None] * num_nodes
+        for n, queue in self._de_queues.items():
+            self._de_queue_at[n] = queue
         # Σ of the DE group queues' lengths: `waiting` runs on every driver poke, and a sum over the
         # queues would cost O(DE groups) each time (96 at 48P96D).
         self._de_queued = 0
@@ -225,13 +229,13 @@ class RequestScheduler:
             return True
         if node_id not in self._de_pending:
             return False
-        return self._de_queues[node_id].peek().total_tokens <= max_free_hbm_tokens
+        return self._de_queue(node_id).peek().total_tokens <= max_free_hbm_tokens
 
     def note_de_freed(self, node_id: int) -> None:
         """A request on this DE group finished or shrank: its HBM and tok_e fell, so its queue may move
         (every release of DE HBM calls this)."""
         self._rr_lost_turns = 0
-        if self._de_queues[node_id]:
+        if self._de_queue(node_id):
             self._de_pending.add(node_id)
         self._de_report_due.add(node_id)
 
@@ -293,11 +297,11 @@ class RequestScheduler:
             for rid, group in routed:
                 request = self._global.popleft()
                 assert request.request_id == rid
-                self._de_queues[group].append(request)
+                self._de_queue(group).append(request)
                 self._de_queued += 1
                 self._de_pending.add(group)
                 self._de_report_due.add(group)
-            queue = self._de_queues[node_id]
+            queue = self._de_queue(node_id)
             # An empty private queue places nothing (phase 2 would return []): skip the candidates.
             cands = self._de_candidates(node_id, loads) if queue else []
             z_factor = self._de_token_threshold_factor
@@ -311,9 +315,16 @@ class RequestScheduler:
             self._pe_queue.append(request)
         return placed
 
+    def _de_queue(self, node_id: int) -> Fifo[Request]:
+        """The DE group's private queue (`_de_queues[node_id]`, read from the list by id)."""
+        queue = self._de_queue_at[node_id] if 0 <= node_id < len(self._de_queue_at) else None
+        if queue is None:
+            raise KeyError(f"node {node_id} is not a DE node")
+        return queue
+
     def _de_candidates(self, node_id: int, loads: list[EngineLoad]) -> list[DeCandidate]:
         """The group's DE candidates, every field set from its reports."""
-        cands = self._de_cands.get(node_id)
+        cands = self._de_cands[node_id]
         if cands is None or len(cands) != len(loads):
             cands = self._de_cands[node_id] = [
                 DeCandidate(engine_id=-1, node_id=-1, seq=0, tok=0, free_hbm_tokens=0) for _ in loads
@@ -329,7 +340,7 @@ class RequestScheduler:
 
     def _pe_candidates(self, node_id: int, loads: list[EngineLoad]) -> list[PeCandidate]:
         """The group's PE candidates, every field set from its reports."""
-        cands = self._pe_cands.get(node_id)
+        cands = self._pe_cands[node_id]
         if cands is None or len(cands) != len(loads):
             cands = self._pe_cands[node_id] = [
                 PeCandidate(engine_id=-1, node_id=-1, tok=0, compute_tok=0, read_q_tokens=0) for _ in loads
