@@ -199,7 +199,7 @@ class _WritePipe:
     wait, and the simulator moves one flow per batch instead of one per block.
     """
 
-    __slots__ = ("net", "path", "then", "_on_done", "busy", "pending_bytes", "pending")
+    __slots__ = ("net", "path", "then", "_on_done", "busy", "pending_bytes", "pending", "touched")
 
     def __init__(self, net: LinkNetwork, path: tuple[Link, ...], then: Callable[[list, float], None]) -> None:  # type: ignore[type-arg]
         self.net, self.path, self.then = net, path, then
@@ -207,6 +207,7 @@ class _WritePipe:
         self.busy = False
         self.pending_bytes = 0.0
         self.pending: list = []  # type: ignore[type-arg]
+        self.touched = False  # in the driver's list of pipes to flush at the end of its commands
 
     def put(self, size_bytes: float, item: object) -> None:
         """Queue a write; `flush()` (once the instant's commands are handled) sends it."""
@@ -306,7 +307,7 @@ class Simulation:
         # id: an id is a fresh int object at every lookup, which a dict compares with its key by value.
         self._times: list[RequestTimes] = []
         self._agent_of: list[Agent | None] = []
-        self._steps: dict[int, _Step] = {}
+        self._steps: list[_Step | None] = [None] * nodes  # each PE node's step in flight, at its node id
         # Each DE node's decode run at its node id (None at a PE node's): a list, not a dict, read at
         # every decode event without hashing.
         self._decode: list[_DecodeRun | None] = [None] * nodes
@@ -317,8 +318,10 @@ class Simulation:
         # The D2H pipe of each DE engine, at its engine id (None: none yet): a list, not a dict, since
         # an int key above 256 is a new object at each lookup, which the dict compares by value.
         self._d2h_pipes: list[_WritePipe | None] = [None] * (nodes * g)
-        self._persist_pipes: dict[int, _WritePipe] = {}
-        self._touched: dict[_WritePipe, None] = {}
+        self._persist_pipes: list[_WritePipe | None] = [None] * nodes  # at the DE node's id
+        # Pipes with writes queued by the commands being handled, each once (`_WritePipe.touched`), in
+        # the order first queued: flushed together after them (`_do`).
+        self._touched: list[_WritePipe] = []
         self._samples: list[tuple[float, int, float]] = []
         self._reader_samples: list[tuple[tuple[int, int, float], ...]] = []
         self._attention_ratios: list[float] = []
@@ -434,8 +437,9 @@ class Simulation:
             else:
                 raise TypeError(f"no handler for command {c!r}")
         if self._touched:  # writes queued by these commands leave together
-            touched, self._touched = self._touched, {}
+            touched, self._touched = self._touched, []
             for pipe in touched:
+                pipe.touched = False
                 pipe.flush()
         while self._io_free:  # oracle: persists done at once, after the commands that came with them
             done, self._io_free = self._io_free, []
@@ -545,7 +549,7 @@ class Simulation:
             if c.token_index >= 2:
                 pipe = self._d2h_pipes[c.de_engine]
                 if pipe is not None:
-                    self._touched[pipe] = None
+                    self._touch(pipe)
 
     # ---- node failures (DESIGN §4 "faults"): the core decides, as in the runtime ------------------
     def _fail(self, node: int, down_s: float | None) -> None:
@@ -553,7 +557,7 @@ class Simulation:
         out unheeded), the core re-plans its requests, each continues as a new request (its prompt +
         the tokens out, the rest of its output; its hit = what its blocks persisted), and with
         `down_s` the node joins again that much later."""
-        step = self._steps.get(node)
+        step = self._steps[node]
         if step is not None:
             step.dead = True
         run = self._decode[node]
@@ -626,9 +630,15 @@ class Simulation:
         pipe = self._d2h_pipe(c.de_engine) if c.from_hbm else self._persist_pipe(c.de_engine)
         pipe.put(size, item)
         if not c.from_hbm:
-            self._touched[pipe] = None
+            self._touch(pipe)
         # Decode-time blocks wait in their engine's pipe until a request of that engine emits its
         # last token (see `_milestone`): one write per engine per finish instead of one per block.
+
+    def _touch(self, pipe: _WritePipe) -> None:
+        """`pipe` goes in the list to flush after the commands being handled, once."""
+        if not pipe.touched:
+            pipe.touched = True
+            self._touched.append(pipe)
 
     def _d2h_pipe(self, de_engine: int) -> _WritePipe:
         """Decode-time blocks: D2H through the CNIC and on through the SNIC as one flow.
@@ -645,7 +655,7 @@ class Simulation:
 
     def _persist_pipe(self, de_engine: int) -> _WritePipe:
         node = self.core.node_of_engine(de_engine)
-        pipe = self._persist_pipes.get(node)
+        pipe = self._persist_pipes[node]
         if pipe is None:
             pipe = self._persist_pipes[node] = _WritePipe(
                 self.net, self.topo.persist(de_engine), self._persisted
