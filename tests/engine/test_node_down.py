@@ -56,6 +56,25 @@ def test_a_node_that_rejoins_is_placed_on_again() -> None:
     core.check_invariants()
 
 
+@pytest.mark.parametrize("node", [0, 3])
+def test_a_reset_node_is_the_one_the_core_reads(node: int) -> None:
+    core, _, _ = _placed("dualpath")
+    before = {**core.pe_nodes, **core.de_nodes}[node]
+    core.on_node_down(node)
+    core.on_node_up(node)
+    after = {**core.pe_nodes, **core.de_nodes}[node]
+    assert after is not before
+    read = core._pe_node(node) if node < 2 else core._de_node(node)  # noqa: SLF001
+    assert read is after
+    with pytest.raises(KeyError):
+        core._de_node(1)  # noqa: SLF001  # a PE node
+    with pytest.raises(KeyError):
+        core._pe_node(2)  # noqa: SLF001  # a DE node
+    with pytest.raises(KeyError):
+        core.scheduler._de_queue(0)  # noqa: SLF001
+    core.check_invariants()
+
+
 def test_abandon_takes_a_request_out_before_its_prefill_only() -> None:
     core = make_core("dualpath", p=1, d=1, g=1)
     queued = _request(0)

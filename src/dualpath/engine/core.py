@@ -937,6 +937,9 @@ class ClusterCore:
                 node.check_invariants()
         for pe in self._pe:
             assert pe.seq >= 0 and pe.tok >= 0 and pe.compute_tok >= 0 and len(pe.ready) <= pe.seq
+        # The lists by id hold the dicts' nodes (a reset node replaced in both).
+        assert all(self._pe_node(n) is node for n, node in self.pe_nodes.items())
+        assert all(self._de_node(n) is node for n, node in self.de_nodes.items())
         assert self._pe_open == {n for n, node in self.pe_nodes.items() if not self._all_over_beta(node)}
         assert self._pe_open_ids == sorted(self._pe_open)
         assert self.scheduler.waiting == self.scheduler.waiting_recount()
