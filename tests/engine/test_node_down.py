@@ -64,12 +64,12 @@ def test_a_reset_node_is_the_one_the_core_reads(node: int) -> None:
     core.on_node_up(node)
     after = {**core.pe_nodes, **core.de_nodes}[node]
     assert after is not before
-    read = core._pe_node(node) if node < 2 else core._de_node(node)  # noqa: SLF001
+    read = core.pe_node(node) if node < 2 else core.de_node(node)
     assert read is after
     with pytest.raises(KeyError):
-        core._de_node(1)  # noqa: SLF001  # a PE node
+        core.de_node(1)  # a PE node
     with pytest.raises(KeyError):
-        core._pe_node(2)  # noqa: SLF001  # a DE node
+        core.pe_node(2)  # a DE node
     with pytest.raises(KeyError):
         core.scheduler._de_queue(0)  # noqa: SLF001
     core.check_invariants()

@@ -122,8 +122,8 @@ class ClusterCore:
         # Per-node and per-engine state in lists indexed by id (nodes 0..P+D-1, PE engines 0..P·g-1): read
         # on every placement, read and step, where a dict costs a boxed key and a hash lookup each time.
         self._pe = [e for node in self.pe_nodes.values() for e in node.engines]  # by engine id
-        # The nodes themselves likewise (`_pe_node`, `_de_node`: PE node n at n, DE node n at n - P), kept
-        # with the dicts, which stay the public view.
+        # The nodes themselves likewise (`pe_node`, `de_node`: PE node n at n, DE node n at n - P), kept
+        # with the dicts `pe_nodes` and `de_nodes`, the view by id for iteration and inspection.
         self._pe_node_at = list(self.pe_nodes.values())
         self._de_node_at = list(self.de_nodes.values())
         self._num_pe_nodes = p
@@ -170,16 +170,16 @@ class ClusterCore:
         return engine_id // self.config.engines_per_node
 
     def de_engine(self, engine_id: int) -> DecodeEngine:
-        return self._de_node(self.node_of_engine(engine_id)).engine(engine_id)
+        return self.de_node(self.node_of_engine(engine_id)).engine(engine_id)
 
-    def _pe_node(self, node_id: int) -> PrefillNode:
-        """`pe_nodes[node_id]`, read from the list by id."""
+    def pe_node(self, node_id: int) -> PrefillNode:
+        """`pe_nodes[node_id]` (KeyError for another id), read from the list by id: no hashing per call."""
         if not 0 <= node_id < self._num_pe_nodes:
             raise KeyError(f"node {node_id} is not a PE node")
         return self._pe_node_at[node_id]
 
-    def _de_node(self, node_id: int) -> DecodeNode:
-        """`de_nodes[node_id]`, read from the list by id."""
+    def de_node(self, node_id: int) -> DecodeNode:
+        """`de_nodes[node_id]` (KeyError for another id), read from the list by id: no hashing per call."""
         index = node_id - self._num_pe_nodes
         if not 0 <= index < len(self._de_node_at):
             raise KeyError(f"node {node_id} is not a DE node")
@@ -227,7 +227,7 @@ class ClusterCore:
                 continue  # a dead group fetches nothing (`on_node_down`)
             if not round_robin and node_id not in self._pe_open:
                 continue  # C2 and C3 empty: Algorithm 1 places nothing here (speed only, same decisions)
-            pnode = self._pe_node(node_id)
+            pnode = self.pe_node(node_id)
             for a in self.scheduler.fetch_pe_group(pnode.node_id, self._pe_loads(pnode)):
                 out += self._on_assigned(a)
         self._fetch_wanted = False
@@ -286,7 +286,7 @@ class ClusterCore:
             after = first.node_id
         for node_id in self.scheduler.de_groups_to_visit(after=after):
             if not self._is_down[node_id]:  # its report stays "full" (`on_node_down`)
-                self._fetch_de_group(self._de_node(node_id))
+                self._fetch_de_group(self.de_node(node_id))
 
     def _all_over_beta(self, node: PrefillNode) -> bool:
         """Every engine of the PE group is in C1 (compute_tok > β). While Q waits, every fetch would
@@ -353,7 +353,7 @@ class ClusterCore:
             return self._release_de(request) + self._requeue(request)
         pe = self._pe[a.pe_engine]
         pe.assign(request)
-        self._note_compute_tok(self._pe_node(pe.node_id))
+        self._note_compute_tok(self.pe_node(pe.node_id))
         if self.mode.skip_io:
             return self._make_ready(request)
         pe_node, de_node = self.node_of_engine(a.pe_engine), self.node_of_engine(a.de_engine)
@@ -452,7 +452,7 @@ class ClusterCore:
         assert request.pe_engine is not None and request.computed_tokens == 0
         pe = self._pe[request.pe_engine]
         pe.grow_miss(request.hit_tokens - hit)
-        self._note_compute_tok(self._pe_node(pe.node_id))
+        self._note_compute_tok(self.pe_node(pe.node_id))
         request.hit_tokens = hit
         request.persisted_tokens = min(request.persisted_tokens, hit)
 
@@ -461,7 +461,7 @@ class ClusterCore:
         request.phase = Phase.READY
         pe = self._pe[request.pe_engine]
         pe.ready.append(request)
-        return self._try_step(self._pe_node(pe.node_id))
+        return self._try_step(self.pe_node(pe.node_id))
 
     # ---- prefill -------------------------------------------------------------------------------
     def _try_step(self, node: PrefillNode) -> list[Command]:
@@ -514,7 +514,7 @@ class ClusterCore:
 
     def on_prefill_step_done(self, node_id: int, step_id: int, now_s: float) -> list[Command]:
         """The forward's compute finished: chunks advance, finished prefills emit token 1."""
-        node = self._pe_node(node_id)
+        node = self.pe_node(node_id)
         assert node.busy and node.step_id == step_id
         out: list[Command] = []
         finished: list[StepItem] = []
@@ -548,7 +548,7 @@ class ClusterCore:
     def on_kv_out_done(self, node_id: int, step_id: int, now_s: float) -> list[Command]:
         """Every layer of the step's finished requests sits in their DE buffers (Fig. 4a step 7)."""
         out: list[Command] = []
-        awaiting = self._pe_node(node_id).awaiting_out
+        awaiting = self.pe_node(node_id).awaiting_out
         items = awaiting[step_id]  # `dict.pop` would be a generic method call in the compiled build
         del awaiting[step_id]
         for item in items:
@@ -600,7 +600,7 @@ class ClusterCore:
     def _join(self, request: Request) -> list[Command]:
         assert request.de_engine is not None
         request.phase = Phase.DECODING
-        node = self._de_node(self.node_of_engine(request.de_engine))
+        node = self.de_node(self.node_of_engine(request.de_engine))
         node.joining.append(request)
         return [DecodeChanged(node_id=node.node_id)]
 
@@ -622,7 +622,7 @@ class ClusterCore:
         last token (the batch changes there; second tokens and filled blocks before it come out of
         `advance_decode` late, their milestones back-dated by `TokenMilestone.steps_before_now`), at most
         `max_decode_run_steps`, and is cut at a step boundary when a joiner waits (`decode_cut_wanted`)."""
-        node = self._de_node(node_id)
+        node = self.de_node(node_id)
         assert not node.run_steps, f"DE node {node_id} has a run in flight"
         if not node.merge_joiners():
             return 0
@@ -634,18 +634,18 @@ class ClusterCore:
     def decode_cut_wanted(self, node_id: int) -> bool:
         """A run is in flight and requests wait to join: it ends at its next step boundary, where they
         merge (a `DecodeChanged` while it runs asks this)."""
-        node = self._de_node(node_id)
+        node = self.de_node(node_id)
         return bool(node.run_steps and node.joining)
 
     def decode_shape(self, node_id: int) -> tuple[tuple[int, int], ...]:
         """Per DE engine (batch size, Σ context tokens): the cost of the run's next step."""
-        return self._de_node(node_id).shape()
+        return self.de_node(node_id).shape()
 
     def advance_decode(self, node_id: int, steps: int, now_s: float) -> list[Command]:
         """The run in flight ended after `steps` steps (all it was given, or fewer: cut for a joiner, or
         every request in it ended early); call `start_decode_run` for the next."""
         out: list[Command] = []
-        node = self._de_node(node_id)
+        node = self.de_node(node_id)
         assert 1 <= steps <= node.run_steps, (node_id, steps, node.run_steps)
         node.run_steps = 0
         for ev in node.advance(steps):
@@ -706,7 +706,7 @@ class ClusterCore:
     def _shorten(self, request: Request, generated_tokens: int) -> None:
         assert request.de_engine is not None
         e = self.de_engine(request.de_engine)
-        node = self._de_node(e.node_id)
+        node = self.de_node(e.node_id)
         node.release(e, request.gen_tokens - generated_tokens)  # `_finish` releases the rest
         request.gen_tokens = generated_tokens
         node.shorten(request)
@@ -721,7 +721,7 @@ class ClusterCore:
         """Last token out: free the DE's HBM reservation; done once its blocks are persisted."""
         assert request.de_engine is not None
         e = self.de_engine(request.de_engine)
-        self._de_node(e.node_id).release(e, request.total_tokens)
+        self.de_node(e.node_id).release(e, request.total_tokens)
         e.seq -= 1
         self._de_freed(e.node_id)
         request.phase = Phase.DONE
@@ -863,7 +863,7 @@ class ClusterCore:
                 if request in pe.ready:
                     pe.ready.remove(request)
                 pe.finish(request)
-                self._note_compute_tok(self._pe_node(pe.node_id))
+                self._note_compute_tok(self.pe_node(pe.node_id))
         out = self._release_de(request)
         for node_id in sorted(freed - self.down):
             out += self._admit(node_id)
@@ -876,7 +876,7 @@ class ClusterCore:
         e = self.de_engine(request.de_engine)
         if e.node_id in self.down:
             return []
-        node = self._de_node(e.node_id)
+        node = self.de_node(e.node_id)
         if request in node.joining:
             return []  # joined the batch's books (a decode run): its DE ends it instead
         node.release(e, request.total_tokens)
@@ -921,11 +921,11 @@ class ClusterCore:
 
     def decode_joiners(self, node_id: int) -> tuple[RequestView, ...]:
         """The requests that the DE node's next `start_decode_run` merges into its batch, as they are now."""
-        return tuple(RequestView(r) for r in self._de_node(node_id).joining)
+        return tuple(RequestView(r) for r in self.de_node(node_id).joining)
 
     def decode_batch(self, node_id: int) -> tuple[int, ...]:
         """Ids of the requests in the DE node's continuous batch, in the order they joined it."""
-        return self._de_node(node_id).batch_ids()
+        return self.de_node(node_id).batch_ids()
 
     def check_invariants(self) -> None:
         for reader in self.readers:
@@ -938,8 +938,8 @@ class ClusterCore:
         for pe in self._pe:
             assert pe.seq >= 0 and pe.tok >= 0 and pe.compute_tok >= 0 and len(pe.ready) <= pe.seq
         # The lists by id hold the dicts' nodes (a reset node replaced in both).
-        assert all(self._pe_node(n) is node for n, node in self.pe_nodes.items())
-        assert all(self._de_node(n) is node for n, node in self.de_nodes.items())
+        assert all(self.pe_node(n) is node for n, node in self.pe_nodes.items())
+        assert all(self.de_node(n) is node for n, node in self.de_nodes.items())
         assert self._pe_open == {n for n, node in self.pe_nodes.items() if not self._all_over_beta(node)}
         assert self._pe_open_ids == sorted(self._pe_open)
         assert self.scheduler.waiting == self.scheduler.waiting_recount()

@@ -254,7 +254,7 @@ class RuntimeDriver:
         report of no run in flight (one the node sent before it was marked down and joined again) is stale."""
         node = self.node_id(event["node"])
         stale = "step" in event and int(event["step"]) != self._decode_step[node]
-        if stale or not self.core.de_nodes[node].run_steps:
+        if stale or not self.core.de_node(node).run_steps:
             return []
         out: Outgoing = [
             (CLIENT, {"type": "tokens", "rid": int(rid), "token_ids": _ids(tokens)})
@@ -448,7 +448,7 @@ class RuntimeDriver:
         """The DE node's batch changed or its run ended: with a run in flight, a `decode_cut` when the core
         wants one (`decode_cut_wanted`: a joiner waits); else the next run as the core sets it
         (`start_decode_run`: joiners merge, its length)."""
-        if self.core.de_nodes[node].run_steps:
+        if self.core.de_node(node).run_steps:
             if not self.core.decode_cut_wanted(node) or self._cut_sent[node]:
                 return []
             self._cut_sent[node] = True

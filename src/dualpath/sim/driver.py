@@ -836,7 +836,7 @@ class Simulation:
         if not run.busy:
             return
         model = self._cost_model
-        decode_node = self.core.de_nodes[node]
+        decode_node = self.core.de_node(node)
         if model is not None:
             run.step_s = _decode_step_max_s(model, decode_node)
         else:
