@@ -67,6 +67,19 @@ def test_storage_reader_is_fifo_with_limited_inflight_and_admission() -> None:
     r.check_invariants()
 
 
+def test_a_read_part_reserves_its_buffer_for_its_owner_by_identity() -> None:
+    owners = [object(), object()]
+    r = StorageReader(0, max_inflight_reads=2)
+    for i, owner in enumerate(owners):
+        r.enqueue(ReadPart(request_id=i, node_id=0, tokens=64, reserve_bytes=10.0, owner=owner))
+    buffer = CapacityPool(25.0, name="dram")
+    assert [p.request_id for p in r.admit(buffer)] == [0, 1]
+    assert buffer.holds(owners[0]) and buffer.holds(owners[1]) and not buffer.holds(0)
+    assert buffer.release(owners[1]) == 10.0 and not buffer.holds(owners[1])
+    with pytest.raises(KeyError):
+        buffer.release(owners[1])  # a double release is caught
+
+
 def test_decode_node_jumps_to_second_token_blocks_and_last() -> None:
     node = DecodeNode(0, [DecodeEngine(0, 0, 10**6)], block_tokens=64)
     r = Request(request_id=1, trajectory_id=0, round_index=0, prompt_tokens=100, hit_tokens=0, gen_tokens=40,

@@ -361,10 +361,10 @@ class ClusterCore:
         parts: list[ReadPart] = []
         if a.pe_read_tokens:
             parts.append(ReadPart(request_id=a.request_id, node_id=pe_node, tokens=a.pe_read_tokens,
-                                  reserve_bytes=a.pe_read_tokens * kv))  # fmt: skip
+                                  reserve_bytes=a.pe_read_tokens * kv, owner=request))  # fmt: skip
         if a.de_read_tokens:
             parts.append(ReadPart(request_id=a.request_id, node_id=de_node, tokens=a.de_read_tokens,
-                                  reserve_bytes=request.prompt_tokens * kv))  # fmt: skip
+                                  reserve_bytes=request.prompt_tokens * kv, owner=request))  # fmt: skip
         request.parts_reading = len(parts)
         if not parts:
             self._landing_wait[de_node].append(request)
@@ -388,7 +388,7 @@ class ClusterCore:
             need = request.prompt_tokens * self.config.kv_bytes_per_token
             if not pool.can_reserve(need):
                 break
-            pool.reserve(request.request_id, need)
+            pool.reserve(request, need)
             wait.popleft()
             out += self._make_ready(request)
         for part in self.readers[node_id].admit(pool):
@@ -435,7 +435,7 @@ class ClusterCore:
             return out
         assert request.de_engine is not None
         de_node = self.node_of_engine(request.de_engine)
-        if self.buffers[de_node].holds(request_id):
+        if self.buffers[de_node].holds(request):
             return out + self._make_ready(request)
         self._landing_wait[de_node].append(request)
         return out + self._admit(de_node)
@@ -534,8 +534,8 @@ class ClusterCore:
                 request.phase = Phase.TRANSFERRING
                 finished.append(item)
                 out.append(self._milestone(request, 1))
-                if self.buffers[node_id].holds(request.request_id):
-                    self.buffers[node_id].release(request.request_id)
+                if self.buffers[node_id].holds(request):
+                    self.buffers[node_id].release(request)
                     out += self._admit(node_id)
         if finished:
             self._note_compute_tok(node)
@@ -610,9 +610,9 @@ class ClusterCore:
         request.dram_holds = NO_DRAM_HOLD
         assert request.de_engine is not None
         de_node = self.node_of_engine(request.de_engine)
-        if not self.buffers[de_node].holds(request.request_id):
+        if not self.buffers[de_node].holds(request):
             return []
-        self.buffers[de_node].release(request.request_id)
+        self.buffers[de_node].release(request)
         self._maybe_forget(request)
         return self._admit(de_node)
 
@@ -851,8 +851,8 @@ class ClusterCore:
                 self.scheduler.mark_de_report_due(node_id)
                 freed.add(node_id)
         for node_id, pool in enumerate(self.buffers):
-            if pool.holds(rid):
-                pool.release(rid)
+            if pool.holds(request):
+                pool.release(request)
                 freed.add(node_id)
         for wait in self._landing_wait:
             if request in wait:

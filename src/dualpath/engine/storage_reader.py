@@ -19,19 +19,23 @@ from dualpath.records import fields_repr
 DEFAULT_MAX_INFLIGHT_READS: Final = 2
 
 
-_READ_PART_FIELDS = ("request_id", "node_id", "tokens", "reserve_bytes")  # slots and repr
+_READ_PART_FIELDS = ("request_id", "node_id", "tokens", "reserve_bytes")  # repr (and slots, with `owner`)
 
 
 class ReadPart:
     """One node's share of a request's hit read (a plain slotted record: see `EngineLoad`)."""
 
-    __slots__ = _READ_PART_FIELDS
+    __slots__ = (*_READ_PART_FIELDS, "owner")
 
-    def __init__(self, *, request_id: int, node_id: int, tokens: int, reserve_bytes: float) -> None:
+    def __init__(
+        self, *, request_id: int, node_id: int, tokens: int, reserve_bytes: float, owner: object = None
+    ) -> None:
         self.request_id = request_id
         self.node_id = node_id
         self.tokens = tokens  # hit tokens this node reads for the request
         self.reserve_bytes = reserve_bytes  # DRAM buffer this part needs (its KV, plus landing space on a DE)
+        # Who holds that buffer (`CapacityPool`, compared by identity): the request; its id if none given.
+        self.owner = owner if owner is not None else request_id
 
     def __repr__(self) -> str:
         return fields_repr(self, _READ_PART_FIELDS)
@@ -59,7 +63,7 @@ class StorageReader:
             head = self._queue.peek()
             if not buffer.can_reserve(head.reserve_bytes):
                 break
-            buffer.reserve(head.request_id, head.reserve_bytes)
+            buffer.reserve(head.owner, head.reserve_bytes)
             part = self._queue.popleft()
             self._inflight.append(part)
             started.append(part)
