@@ -391,7 +391,9 @@ class ClusterCore:
             pool.reserve(request, need)
             wait.popleft()
             out += self._make_ready(request)
-        for part in self.readers[node_id].admit(pool):
+        reader = self.readers[node_id]
+        part = reader.admit_next(pool)
+        while part is not None:
             request = self._active.at(part.request_id)
             request.phase = Phase.READING
             pe_side, start_tokens = self._read_part_start(request, node_id)
@@ -405,6 +407,7 @@ class ClusterCore:
                     pe_side=pe_side,
                 )
             )
+            part = reader.admit_next(pool)
         return out
 
     def _read_part_start(self, request: Request, node_id: int) -> tuple[bool, int]:

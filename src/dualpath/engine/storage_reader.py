@@ -59,15 +59,24 @@ class StorageReader:
         """Parts to start now, FIFO, each with its `reserve_bytes` reserved in the node's DRAM `buffer`
         (owned by its request); the head waits while the buffer cannot hold it."""
         started: list[ReadPart] = []
-        while self._queue and len(self._inflight) < self.max_inflight_reads:
-            head = self._queue.peek()
-            if not buffer.can_reserve(head.reserve_bytes):
-                break
-            buffer.reserve(head.owner, head.reserve_bytes)
-            part = self._queue.popleft()
-            self._inflight.append(part)
+        part = self.admit_next(buffer)
+        while part is not None:
             started.append(part)
+            part = self.admit_next(buffer)
         return started
+
+    def admit_next(self, buffer: CapacityPool) -> ReadPart | None:
+        """The next part `admit` would start, started (None: none can start now). The core's loop, which
+        makes no list for the common call that starts nothing."""
+        if not self._queue or len(self._inflight) >= self.max_inflight_reads:
+            return None
+        head = self._queue.peek()
+        if not buffer.can_reserve(head.reserve_bytes):
+            return None
+        buffer.reserve(head.owner, head.reserve_bytes)
+        part = self._queue.popleft()
+        self._inflight.append(part)
+        return part
 
     def finish(self, request_id: int) -> ReadPart:
         part = self._pop_inflight(request_id)
