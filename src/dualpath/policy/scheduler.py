@@ -131,11 +131,11 @@ class RequestScheduler:
         # Σ tok per DE group, last report + routed, with phase 1's next group at hand (`GroupTokens`).
         self._group_tok = GroupTokens(list(self._de_nodes))
         self._global: Fifo[Request] = Fifo()
-        self._de_queues: dict[int, Fifo[Request]] = {n: Fifo() for n in self._de_nodes}
-        # The same queues by node id (None: no DE node), for the lookups of each fetch and report.
-        self._de_queue_at: list[Fifo[Request] | None] = [None] * num_nodes
-        for n, queue in self._de_queues.items():
-            self._de_queue_at[n] = queue
+        # Each DE group's private queue at its node id (None: no DE node), read by id at every fetch and
+        # report (`_de_queue`): a list index, where a dict hashed the id.
+        self._de_queues: list[Fifo[Request] | None] = [None] * num_nodes
+        for n in self._de_nodes:
+            self._de_queues[n] = Fifo()
         # Σ of the DE group queues' lengths: `waiting` runs on every driver poke, and a sum over the
         # queues would cost O(DE groups) each time (96 at 48P96D).
         self._de_queued = 0
@@ -170,14 +170,15 @@ class RequestScheduler:
     def remove(self, request_id: int) -> Request | None:
         """Take a waiting request out of whichever queue holds it (a cancel, or a node that went down:
         `ClusterCore.on_node_down`); None if none does. O(queue length): rare events only."""
-        for queue in (self._global, self._pe_queue, *self._de_queues.values()):
+        private_queues = [q for q in self._de_queues if q is not None]
+        for queue in (self._global, self._pe_queue, *private_queues):
             for request in queue:
                 if request.request_id == request_id:
                     queue.remove(request)
                     break
             else:
                 continue
-            for node_id, private in self._de_queues.items():
+            for node_id, private in enumerate(self._de_queues):
                 if private is queue:
                     self._de_queued -= 1
                     self._de_report_due.add(node_id)  # its Σtok view counted the request
@@ -193,7 +194,7 @@ class RequestScheduler:
     def check_de_views(self, reports: Mapping[int, tuple[int, int]]) -> None:
         """Every pending DE group has a queue, and every DE group not due for a report holds its report
         already; `reports`: node -> (read_q_tokens, Σ tok_e) now (two-phase scheduling)."""
-        assert all(self._de_queues[n] for n in self._de_pending.in_order()), self._de_pending.in_order()
+        assert all(self._de_queue(n) for n in self._de_pending.in_order()), self._de_pending.in_order()
         for node_id, (read_q_tokens, tok) in reports.items():
             if node_id not in self._de_report_due:
                 assert self._read_q[node_id] == read_q_tokens, (node_id, self._read_q[node_id], read_q_tokens)
@@ -201,7 +202,8 @@ class RequestScheduler:
 
     def waiting_recount(self) -> int:
         """`waiting` counted from the queues themselves (checks the running count)."""
-        return len(self._global) + sum(map(len, self._de_queues.values())) + len(self._pe_queue)
+        de_queued = sum(len(q) for q in self._de_queues if q is not None)
+        return len(self._global) + de_queued + len(self._pe_queue)
 
     @property
     def pe_queue_len(self) -> int:
@@ -316,8 +318,8 @@ class RequestScheduler:
         return placed
 
     def _de_queue(self, node_id: int) -> Fifo[Request]:
-        """The DE group's private queue (`_de_queues[node_id]`, read from the list by id)."""
-        queue = self._de_queue_at[node_id] if 0 <= node_id < len(self._de_queue_at) else None
+        """The DE group's private queue (KeyError for a node id that is no DE group's)."""
+        queue = self._de_queues[node_id] if 0 <= node_id < len(self._de_queues) else None
         if queue is None:
             raise KeyError(f"node {node_id} is not a DE node")
         return queue
