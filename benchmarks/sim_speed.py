@@ -62,7 +62,7 @@ HEAP = "kernel heap (pops, cancelled entries)"
 def _phase(callback: Any, args: tuple[Any, ...]) -> str:
     name = getattr(callback, "__name__", repr(callback))
     if name == "_group_due":  # a flow group's completion: name it by its earliest flow's callback
-        live = [flow for flow in args[0].heap if flow.active]
+        live = [flow for flow in args[0].queued() if flow.active]
         if live:
             name = getattr(min(live, key=lambda f: f._tag).on_done, "__name__", name)
     return PHASES.get(name, name)
@@ -103,9 +103,9 @@ def timed_run(sim: Simulation) -> tuple[dict[str, int], dict[str, int]]:
                 continue
             entry.callback = None
             kernel.now_s = now = time_s
-            phase = _phase(callback, entry.args)
+            phase = _phase(callback, entry.arguments)
             t0 = clock()
-            callback(*entry.args)
+            callback(*entry.arguments)
             cpu_ns[phase] += clock() - t0
             calls[phase] += 1
             kernel.events_processed += 1

@@ -181,7 +181,8 @@ def test_a_path_whose_flows_ended_starts_afresh_later() -> None:
 
 def test_the_network_holds_only_groups_with_flows() -> None:
     # An emptied group leaves the network (a large cluster has tens of thousands of paths, a few
-    # hundred active at a time); the path's next flow gets a group of its own, in the state a new one has.
+    # hundred active at a time); the path's next flow gets a group of its own, in the state a new one
+    # has: the last group emptied, renewed (`FlowGroup.renew`), its heap's slots holding no flow that left.
     sim, net, _ = make_net()
     path = (net.add_link("l1", GB), net.add_link("l2", GB))
     other = (net.add_link("l3", GB),)
@@ -193,16 +194,18 @@ def test_the_network_holds_only_groups_with_flows() -> None:
     assert net.num_groups == 1 and a._group is not None and a._group.num_flows == 0
     sim.run()
     assert b.done and net.num_groups == 0
-    old = a._group
+    assert a._group is not None and b._group is not None
+    assert a not in a._group.heap and b not in b._group.heap  # no flow names its group both ways
     c = net.start_flow(GB, path, LOW, lambda: None)
-    assert c._group is not old and c._group is not None
+    assert c._group is b._group  # b's group emptied last (other path, other class): renewed
+    assert a._group is not None and a not in a._group.heap
     new = FlowGroup(path, False, sim.now_s)
     fields = [n for n in dir(new) if not n.startswith("__") and not callable(getattr(new, n))]
     assert len(fields) >= 13  # the slots (a compiled class has no `__slots__` to read)
     for name in fields:
-        if name not in ("num_flows", "heap", "dirty", "path"):  # the join's own changes
+        if name not in ("num_flows", "heap", "num_queued", "dirty", "path"):  # the join's own changes
             assert getattr(c._group, name) == getattr(new, name), name
-    assert c._group.num_flows == 1 and c._group.heap == [c] and c._group.path == path
+    assert c._group.num_flows == 1 and c._group.queued() == [c] and c._group.path == path
 
 
 def test_a_path_emptied_and_joined_in_one_instant_starts_afresh() -> None:

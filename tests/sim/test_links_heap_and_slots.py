@@ -23,23 +23,26 @@ def _flow(tag: float, seq: int) -> Flow:
 @pytest.mark.parametrize("seed", range(20))
 def test_the_flow_heap_is_heapq_step_for_step(seed: int) -> None:
     # Same flows in the same places after every push and pop, the same flow popped: ties on the tag
-    # (few distinct tags) are broken by the join order, as `Flow.__lt__` breaks them for `heapq`.
+    # (few distinct tags) are broken by the join order, as `Flow.__lt__` breaks them for `heapq`. The
+    # group's list keeps its slots: only the first `num_queued` are the heap.
     rng = random.Random(seed)
-    ours: list[Flow] = []
+    ours = FlowGroup((), False, 0.0)
     theirs: list[Flow] = []
-    seq = 0
+    seq = peak = 0
     for _ in range(600):
-        if ours and rng.random() < 0.45:
+        if ours.num_queued and rng.random() < 0.45:
             assert flow_heap_pop(ours) is heapq.heappop(theirs)
         else:
             seq += 1
             flow = _flow(float(rng.randrange(8)), seq)
             flow_heap_push(ours, flow)
             heapq.heappush(theirs, flow)
-        assert [id(f) for f in ours] == [id(f) for f in theirs]
+        peak = max(peak, len(theirs))
+        assert [id(f) for f in ours.queued()] == [id(f) for f in theirs]
     while theirs:
         assert flow_heap_pop(ours) is heapq.heappop(theirs)
-    assert ours == []
+    assert ours.queued() == [] and ours.num_queued == 0
+    assert len(ours.heap) == peak  # the slots stay for the next pushes
 
 
 def test_a_group_finishes_its_flows_in_tag_order_then_join_order() -> None:

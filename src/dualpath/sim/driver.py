@@ -464,14 +464,14 @@ class Simulation:
         if self.config.agent_starts_s is not None:
             for agent, start_s in zip(self.agents, self.config.agent_starts_s, strict=True):
                 agent.start_s = start_s
-                self.sim.schedule_at(start_s, self._next_round, agent)
+                self.sim.schedule_one_at(start_s, self._next_round, agent)
             return
         t = 0.0
         for agent in self.agents:
             if self.config.aps:
                 t += float(rng.exponential(1.0 / self.config.aps))
             agent.start_s = t
-            self.sim.schedule_at(t, self._next_round, agent)
+            self.sim.schedule_one_at(t, self._next_round, agent)
 
     def _next_round(self, agent: Agent) -> None:
         if self.host is not None and agent.next_round < len(agent.rounds):
@@ -612,8 +612,8 @@ class Simulation:
         if self.host is not None:
             self.host.h2d(c)  # the command's trip to the DE and its completion's back; it calls `_h2d_done`
             return
-        self.net.start_flow(c.tokens * self.kv_bytes, self.topo.h2d(c.de_engine), LOW, self._on_h2d_done,
-                            c.request_id)  # fmt: skip
+        self.net.start_flow_one(c.tokens * self.kv_bytes, self.topo.h2d(c.de_engine), LOW, self._on_h2d_done,
+                                c.request_id)  # fmt: skip
 
     def _h2d_done(self, request_id: int) -> None:
         self._do(self.core.on_h2d_done(request_id, self.sim.now_s))
@@ -693,7 +693,7 @@ class Simulation:
         paths, sizes = self._hops(c, "load")
         for k in range(len(paths)):
             step.loads += 1
-            self.net.start_flow(sizes[k], paths[k], LOW, self._on_load_done, step)
+            self.net.start_flow_one(sizes[k], paths[k], LOW, self._on_load_done, step)
         if c.layerwise:
             self._start_outs(step)
         if not step.loads:
@@ -706,7 +706,7 @@ class Simulation:
         if self.host is not None:
             self.host.start_compute(step)
             return
-        self.sim.schedule(step.compute_s, self._on_compute_done, step)
+        self.sim.schedule_one(step.compute_s, self._on_compute_done, step)
 
     def _attention_balance(self, attention: list[float]) -> None:
         """Paper Fig. 14: max over the node's GPUs of attention time / the mean, for this step."""
@@ -751,7 +751,7 @@ class Simulation:
         paths, sizes = self._hops(step.c, "out")
         for i in range(len(paths)):
             step.outs += 1
-            self.net.start_flow(sizes[i], paths[i], LOW, self._on_out_done, step)
+            self.net.start_flow_one(sizes[i], paths[i], LOW, self._on_out_done, step)
 
     def _load_done(self, step: _Step) -> None:
         if step.dead:
@@ -770,7 +770,7 @@ class Simulation:
                                   compute_s=step.compute_s, last_layer_s=step.last_layer_s)  # fmt: skip
         else:
             end = whole_kv_end_s(load_done_s=now, compute_s=step.compute_s)
-        self.sim.schedule_at(max(end, now), self._on_compute_done, step)
+        self.sim.schedule_one_at(max(end, now), self._on_compute_done, step)
 
     def _compute_done(self, step: _Step) -> None:
         if self.host is not None:
@@ -820,7 +820,7 @@ class Simulation:
             assert run.handle is not None  # a busy run has its event
             self.sim.cancel(run.handle)
             run.steps = done + 1
-            run.handle = self.sim.schedule_at(
+            run.handle = self.sim.schedule_one_at(
                 run.start_s + run.steps * run.step_s, self._on_decode_event, c.node_id
             )
 
@@ -845,7 +845,7 @@ class Simulation:
         if self.host is not None:
             self.host.run_decode(node, run, len(decode_node.engines))
             return
-        run.handle = self.sim.schedule(run.steps * run.step_s, self._on_decode_event, node)
+        run.handle = self.sim.schedule_one(run.steps * run.step_s, self._on_decode_event, node)
 
     def _decode_event(self, node: int) -> None:
         run = self._decode_run(node)

@@ -6,7 +6,8 @@ fully deterministic. The shape follows SimPy's `core.Environment`: a heap keyed
 `(time_s, priority, seq)`, `seq` a per-simulator counter so that ties run in scheduling order.
 
 NOTE: an `EventHandle` *is* the heap entry, an `Event` with `time_s`, `priority`, `seq`, `callback`
-and `args`. Cancelling sets `callback` to None (lazy cancellation: O(1), the entry is skipped when
+and `args` (or, from `schedule_one`, one `arg` and no tuple: a tuple made per event and unpacked by a
+generic call, MEASURED). Cancelling sets `callback` to None (lazy cancellation: O(1), the entry is skipped when
 popped). Entries order by `(time_s, priority, seq)`, and `seq` is unique, so the order is total.
 `Event` is a class of its own rather than a list, and the heap's sifts (`_heap_push`, `_heap_pop`:
 `heapq`'s algorithm) compare entries with a plain function (`_earlier`) that the native build calls
@@ -34,9 +35,11 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable
-from typing import Any, Final, final
+from typing import Any, Final, TypeVar, final
 
 from mypy_extensions import i64, mypyc_attr
+
+_Arg = TypeVar("_Arg")  # a one-argument event's argument (`Simulator.schedule_one`)
 
 
 # The loop frees the entry it ran once the callback returns, and the next callbacks make new ones: a
@@ -44,9 +47,10 @@ from mypy_extensions import i64, mypyc_attr
 @final
 @mypyc_attr(free_list_len=1)
 class Event:
-    """A heap entry: `callback(*args)` at `time_s`; ties run by `priority`, then scheduling order."""
+    """A heap entry: `callback(*args)` at `time_s`, or `callback(arg)` when `args` is None (`schedule_one`);
+    ties run by `priority`, then scheduling order."""
 
-    __slots__ = ("time_s", "priority", "seq", "callback", "args", "pos")
+    __slots__ = ("time_s", "priority", "seq", "callback", "args", "arg", "pos")
 
     def __init__(
         self,
@@ -54,14 +58,21 @@ class Event:
         priority: int,
         seq: int,
         callback: Callable[..., object] | None,
-        args: tuple[Any, ...],
+        args: tuple[Any, ...] | None,
+        arg: object = None,
     ) -> None:
         self.time_s = time_s
         self.priority = priority
         self.seq = seq
         self.callback = callback  # None once run or cancelled
         self.args = args
+        self.arg = arg
         self.pos: i64 = -1  # its index in the heap, kept by every sift (`Simulator.move`)
+
+    @property
+    def arguments(self) -> tuple[Any, ...]:
+        """What the callback is called with."""
+        return (self.arg,) if self.args is None else self.args
 
     def __lt__(self, other: Event) -> bool:
         return _earlier(self, other)  # for `heapq.heapify` in `Simulator._compact`
@@ -193,6 +204,26 @@ class Simulator:
         _heap_push(self._heap, entry)
         return entry
 
+    def schedule_one(self, delay_s: float, callback: Callable[[_Arg], object], arg: _Arg) -> EventHandle:
+        """`schedule(delay_s, callback, arg)`: the common one-argument event, with no tuple of arguments
+        made when it is scheduled and unpacked when it runs (most of a run's events: a flow group's
+        completion, a flow's start, a prefill step's end, a decode run's end; module NOTE)."""
+        if delay_s < 0.0:
+            raise ValueError(f"cannot schedule {delay_s} s in the past")
+        self._seq += 1
+        entry = Event(self.now_s + delay_s, 0, self._seq, callback, None, arg)
+        _heap_push(self._heap, entry)
+        return entry
+
+    def schedule_one_at(self, time_s: float, callback: Callable[[_Arg], object], arg: _Arg) -> EventHandle:
+        """`schedule_at(time_s, callback, arg)` without the tuple (`schedule_one`)."""
+        if time_s < self.now_s:
+            raise ValueError(f"cannot schedule at {time_s} s, now is {self.now_s} s")
+        self._seq += 1
+        entry = Event(time_s, 0, self._seq, callback, None, arg)
+        _heap_push(self._heap, entry)
+        return entry
+
     def move(self, handle: EventHandle, delay_s: float) -> None:
         """Run a pending event at `now_s + delay_s` instead, ordered as if scheduled now (a new `seq`):
         the same order as cancelling it and scheduling its callback again, without a cancelled entry
@@ -319,7 +350,11 @@ class Simulator:
                 continue
             entry.callback = None  # a fired handle cancels as a no-op
             self.now_s = now = time_s
-            callback(*entry.args)
+            args = entry.args
+            if args is None:
+                callback(entry.arg)
+            else:
+                callback(*args)
             ran += 1
             countdown -= 1
             if countdown == 0 and progress is not None:

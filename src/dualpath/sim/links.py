@@ -32,7 +32,7 @@ import bisect
 import math
 from collections.abc import Callable, Sequence
 from enum import IntEnum
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from mypy_extensions import i64, mypyc_attr
 
@@ -53,6 +53,7 @@ from dualpath.sim.links_fill import (
     was_saturated,
 )
 
+_Arg = TypeVar("_Arg")  # a one-argument transfer's argument (`LinkNetwork.start_flow_one`)
 # Where the rate update used to sit in the kernel's order: after every ordinary event of the instant
 # (kernel priorities are small integers). `Simulator.at_instant_end` now gives that order without an event.
 RATE_UPDATE_PRIORITY: Final = 1 << 30
@@ -171,7 +172,7 @@ class Link:
     @property
     def flows(self) -> tuple[Flow, ...]:
         """Active flows on this link (inspection only: O(flows))."""
-        return tuple(flow for g in self.groups for flow in sorted(g.heap, key=_seq) if flow.active)
+        return tuple(flow for g in self.groups for flow in sorted(g.queued(), key=_seq) if flow.active)
 
     def bytes_carried(self, now_s: float) -> float:
         """Bytes that crossed this link from time 0 to `now_s` (>= the last rate change)."""
@@ -224,7 +225,8 @@ def _seq(flow: Flow) -> int:
 
 @mypyc_attr(free_list_len=1)  # one made and one freed per transfer: a freed one kept for the next
 class Flow:
-    """A transfer of `size_bytes` across `path`; `on_done(*args)` runs when the last byte arrives."""
+    """A transfer of `size_bytes` across `path`; `on_done(*args)` runs when the last byte arrives, or
+    `on_done(arg)` when `args` is None (`LinkNetwork.start_flow_one`)."""
 
     __slots__ = (
         "size_bytes",
@@ -232,6 +234,7 @@ class Flow:
         "path",
         "on_done",
         "args",
+        "arg",
         "start_s",
         "finish_s",
         "done",
@@ -249,13 +252,15 @@ class Flow:
         path: tuple[Link, ...],
         traffic_class: TrafficClass,
         on_done: Callable[..., object],
-        args: tuple[Any, ...],
+        args: tuple[Any, ...] | None,
+        arg: object = None,
     ):
         self.size_bytes = size_bytes
         self.traffic_class = traffic_class
         self.path = path
         self.on_done = on_done
         self.args = args
+        self.arg = arg
         self.start_s = -1.0  # when it began competing for bandwidth (after latency)
         self.finish_s = -1.0
         self.done = False
@@ -289,6 +294,14 @@ class Flow:
         return max(0.0, self._tag - served)
 
 
+def _no_callback() -> None:
+    """What the placeholder flow would call: nothing (it never runs)."""
+
+
+# What a group's freed heap slot holds (`LinkNetwork._detach`): a placeholder, never a flow of the network.
+_NO_FLOW: Final = Flow(0.0, (), TrafficClass.LOW, _no_callback, None)
+
+
 class LinkNetwork:
     """All links of a simulated cluster and the flows crossing them, driven by one `Simulator`."""
 
@@ -306,6 +319,8 @@ class LinkNetwork:
         "_was_mixed",
         "_seq",
         "_dirty_groups",
+        "_spare_groups",
+        "_num_spare",
         "_num_dirty",
         "_fill_members",
         "_fill_links",
@@ -337,7 +352,12 @@ class LinkNetwork:
         # emptied group leaves its links (`_detach`) and the path's next flow makes a new one: a large
         # cluster has tens of thousands of paths (one per PE GPU and DE node pair and direction) but a
         # few hundred active at a time, and kept groups were memory that every flow's start missed in
-        # (benchmarks/README.md); a freed group's memory is reused, warm, by the next.
+        # (benchmarks/README.md). An emptied group is kept as a spare after the rate update of its
+        # instant, and the next new group of any path is the last spare renewed (`FlowGroup.renew`):
+        # no group and heap list made and freed per transfer, and the memory reused is warm. The spares
+        # are the first `_num_spare` of the list (`links_fill.put_at`).
+        self._spare_groups: list[FlowGroup] = []
+        self._num_spare: i64 = 0
         self._num_groups: i64 = 0
         self._num_high: i64 = 0  # active flows per class: the fast path needs one class only
         self._num_low: i64 = 0
@@ -395,17 +415,35 @@ class LinkNetwork:
         if not path:
             raise ValueError("a flow needs at least one link")
         flow = Flow(size_bytes, tuple(path), traffic_class, on_done, args)
+        self._start(flow, extra_latency_s)
+        return flow
+
+    def start_flow_one(
+        self, size_bytes: float, path: tuple[Link, ...], traffic_class: TrafficClass,
+        on_done: Callable[[_Arg], object], arg: _Arg,
+    ) -> Flow:  # fmt: skip
+        """`start_flow(size_bytes, path, traffic_class, on_done, arg)`: the common one-argument callback,
+        with no tuple of arguments made, kept and unpacked per transfer (`Simulator.schedule_one`)."""
+        if size_bytes < 0.0:
+            raise ValueError(f"flow size must be >= 0, got {size_bytes}")
+        if not path:
+            raise ValueError("a flow needs at least one link")
+        flow = Flow(size_bytes, path, traffic_class, on_done, None, arg)
+        self._start(flow, 0.0)
+        return flow
+
+    def _start(self, flow: Flow, extra_latency_s: float) -> None:
+        size_bytes = flow.size_bytes
         self.flows_started += 1
         delay_s = extra_latency_s
         for link in flow.path:
             delay_s += link.latency_s
         if size_bytes == 0.0:
-            flow._handle = self.sim.schedule(delay_s, self._finish_empty, flow)
+            flow._handle = self.sim.schedule_one(delay_s, self._finish_empty, flow)
         elif delay_s > 0.0:
-            flow._handle = self.sim.schedule(delay_s, self._activate, flow)
+            flow._handle = self.sim.schedule_one(delay_s, self._activate, flow)
         else:
             self._activate(flow)
-        return flow
 
     def abort_flow(self, flow: Flow) -> None:
         """Drop a flow (fault injection): its bandwidth is freed and `on_done` never runs."""
@@ -429,7 +467,14 @@ class LinkNetwork:
         path = flow.path
         group = _group_of(path, high)
         if group is None:  # a new group, onto its links at the end of each link's order
-            group = FlowGroup(path, high, now_s)
+            spare = self._num_spare
+            if spare:  # an emptied one, renewed (the last one emptied: its memory is the warmest)
+                spare -= 1
+                self._num_spare = spare
+                group = self._spare_groups[spare]
+                group.renew(path, high, now_s)
+            else:
+                group = FlowGroup(path, high, now_s)
             self._num_groups += 1
             for link in path:
                 add_group(link, group)
@@ -446,7 +491,7 @@ class LinkNetwork:
         flow._group = group
         flow._tag = group.vtime_bytes + flow.size_bytes
         flow._seq = self._seq
-        flow_heap_push(group.heap, flow)
+        flow_heap_push(group, flow)
         for link in path:
             link.num_flows += 1
             if rate > 0.0:
@@ -500,6 +545,13 @@ class LinkNetwork:
         if group.num_flows == 0:  # off its links and its path (an emptied group in this instant's update
             # stays in `_dirty_groups` until the update; the path's next flow makes a new group)
             self._num_groups -= 1
+            # Its heap's slots are freed: one past the count may name a flow that left, whose `_group`
+            # names the group back (a spare group would keep it alive). Flows still queued here were
+            # aborted: none would run.
+            heap = group.heap
+            for i in range(len(heap)):
+                heap[i] = _NO_FLOW
+            group.num_queued = 0
             for link in path:
                 remove_group(link, group)
                 if rate >= link.top_rate:
@@ -534,13 +586,13 @@ class LinkNetwork:
             group.vtime_bytes = top._tag
         heap = group.heap
         vtime = group.vtime_bytes
-        first = flow_heap_pop(heap)  # the scheduled flow, `top` (aborted ones were dropped by `top`)
-        if not heap or heap[0]._tag > vtime:
+        first = flow_heap_pop(group)  # the scheduled flow, `top` (aborted ones were dropped by `top`)
+        if not group.num_queued or heap[0]._tag > vtime:
             self._finish(first)  # the common case: one flow ends, no list
             return
         finished = [first]  # others with the same tag: all leave the heap before any callback runs
-        while heap and heap[0]._tag <= vtime:
-            flow = flow_heap_pop(heap)
+        while group.num_queued and heap[0]._tag <= vtime:
+            flow = flow_heap_pop(group)
             if flow.active:
                 finished.append(flow)
         for flow in finished:
@@ -561,7 +613,11 @@ class LinkNetwork:
         flow.finish_s = self.sim.now_s
         self.flows_completed += 1
         on_done = flow.on_done  # a field read; `flow.on_done(*args)` would look it up as a method
-        on_done(*flow.args)
+        args = flow.args
+        if args is None:
+            on_done(flow.arg)
+        else:
+            on_done(*args)
 
     # -- rate updates ----------------------------------------------------------------------------
 
@@ -584,6 +640,11 @@ class LinkNetwork:
             self.recomputes += 1
         self._update_number += 1  # this update's `sat_before` records are stale from now on
         self._apply(refilled, num_refilled, dirty, n)
+        for i in range(n):
+            g = dirty[i]
+            if not g.num_flows:  # emptied in this instant, off its links: a spare for a new path's flows
+                put_at(self._spare_groups, self._num_spare, g)
+                self._num_spare += 1
         free_slots(dirty, n)  # while these groups are in cache (`links_fill.free_slots`)
         if refilled is self._frozen:
             free_slots(refilled, num_refilled)
@@ -726,10 +787,10 @@ class LinkNetwork:
 
     def _reschedule(self, g: FlowGroup, now_s: float, rate_changed: bool) -> None:
         heap = g.heap
-        while heap and not heap[0].active:  # drop aborted flows from the top (FlowGroup.top)
-            flow_heap_pop(heap)
+        while g.num_queued and not heap[0].active:  # drop aborted flows from the top (FlowGroup.top)
+            flow_heap_pop(g)
         handle = g.handle
-        if not heap:
+        if not g.num_queued:
             if handle is not None:
                 self.sim.cancel(handle)
                 g.handle = None
@@ -747,7 +808,7 @@ class LinkNetwork:
         if handle is not None:  # its event moves in the kernel's heap, in the order of a new one
             self.sim.move(handle, delay_s)
         else:
-            g.handle = self.sim.schedule(delay_s, self._group_due_callback, g)
+            g.handle = self.sim.schedule_one(delay_s, self._group_due_callback, g)
 
 
 def _group_of(path: tuple[Link, ...], high: bool) -> FlowGroup | None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Final, TypeVar
 
-from mypy_extensions import i64, mypyc_attr
+from mypy_extensions import i64
 
 if TYPE_CHECKING:
     from dualpath.sim.kernel import EventHandle
@@ -32,7 +32,6 @@ SAT_RTOL: Final = 1e-8
 _INF: Final = math.inf
 
 
-@mypyc_attr(free_list_len=1)  # made at a path's first flow, freed after the update its last one left in
 class FlowGroup:
     """The active flows of one (traffic class, path): equal rates, one virtual clock, one kernel event."""
 
@@ -44,6 +43,7 @@ class FlowGroup:
         "vtime_bytes",
         "last_s",
         "heap",
+        "num_queued",
         "handle",
         "handle_tag",
         "bottleneck",
@@ -62,8 +62,10 @@ class FlowGroup:
         self.rate = 0.0  # bytes/s of each flow
         self.vtime_bytes = 0.0  # bytes each flow of the group has received since the group was made
         self.last_s = now_s
-        # Its flows by (finish tag, join order), `Flow.__lt__`; aborted ones leave lazily (`top`).
+        # Its flows by (finish tag, join order), `Flow.__lt__`, in the first `num_queued` slots of `heap`
+        # (`flow_heap_push`); aborted ones leave lazily (`top`).
         self.heap: list[Flow] = []
+        self.num_queued: i64 = 0
         self.handle: EventHandle | None = None
         self.handle_tag = -1.0  # finish tag the handle was scheduled for, at the current rate
         self.bottleneck: Link | None = None  # a link where it is saturated and fastest (single class)
@@ -77,6 +79,26 @@ class FlowGroup:
         self.vio_seen = False
         self.rate_moved = False
 
+    def renew(self, path: tuple[Link, ...], high: bool, now_s: float) -> None:
+        """Become a new group of `path` and class `high`, as `__init__` makes one, keeping the heap's
+        list and its slots (`LinkNetwork`'s spare groups: an emptied group, its heap's slots freed)."""
+        self.path = path
+        self.high = high
+        self.num_flows = 0
+        self.rate = 0.0
+        self.vtime_bytes = 0.0
+        self.last_s = now_s
+        self.num_queued = 0
+        self.handle = None
+        self.handle_tag = -1.0
+        self.bottleneck = None
+        self.fill_frozen = False
+        self.fill_rate = 0.0
+        self.dirty = False
+        self.refill = False
+        self.vio_seen = False
+        self.rate_moved = False
+
     def settle(self, now_s: float) -> None:
         self.vtime_bytes += self.rate * (now_s - self.last_s)
         self.last_s = now_s
@@ -84,9 +106,13 @@ class FlowGroup:
     def top(self) -> Flow | None:
         """The live flow with the smallest finish tag (drops aborted flows from the top)."""
         heap = self.heap
-        while heap and not heap[0].active:
-            flow_heap_pop(heap)
-        return heap[0] if heap else None
+        while self.num_queued and not heap[0].active:
+            flow_heap_pop(self)
+        return heap[0] if self.num_queued else None
+
+    def queued(self) -> list[Flow]:
+        """Its heap's flows, aborted ones not yet dropped included (a new list: inspection)."""
+        return self.heap[: self.num_queued]
 
 
 # NOTE: a group's flows are a binary min-heap in a list, ordered by `Flow.__lt__` (finish tag, then
@@ -95,6 +121,11 @@ class FlowGroup:
 # compare the two unboxed fields directly; `heapq` called `Flow.__lt__` through the interpreter's
 # generic comparison, several hundred instructions per push and pop (benchmarks/README.md). As the
 # kernel's and a decode node's heaps, each typed on its own entries: a shared one would compare objects.
+# The heap is the first `num_queued` slots of the group's list, which keeps its slots (`put_at`): most
+# groups hold one flow, and a list popped to empty gave its storage back and took it again at the next
+# push, a reallocation per flow. A slot past the count may still name a flow that left; it is
+# overwritten by the next push, or the slots are cleared when the group's last flow leaves
+# (`LinkNetwork._detach`: that flow names its group, so the group must not keep naming it).
 
 
 def _flow_before(a: Flow, b: Flow) -> bool:
@@ -118,20 +149,25 @@ def _flow_sift_up(heap: list[Flow], pos: i64) -> None:
     heap[pos] = flow
 
 
-def flow_heap_push(heap: list[Flow], flow: Flow) -> None:
-    """`heapq.heappush(heap, flow)`."""
-    heap.append(flow)
-    _flow_sift_up(heap, len(heap) - 1)
+def flow_heap_push(group: FlowGroup, flow: Flow) -> None:
+    """`heapq.heappush(heap, flow)` on the group's heap."""
+    end = group.num_queued
+    put_at(group.heap, end, flow)
+    group.num_queued = end + 1
+    _flow_sift_up(group.heap, end)
 
 
-def flow_heap_pop(heap: list[Flow]) -> Flow:
-    """`heapq.heappop(heap)`: the smallest flow out; the last one fills the root's place and sifts (the
-    hole down to a leaf along the earlier child, then the flow back up: `heapq._siftup`)."""
-    last = heap.pop()
-    if not heap:
+def flow_heap_pop(group: FlowGroup) -> Flow:
+    """`heapq.heappop(heap)` on the group's (non-empty) heap: the smallest flow out; the last one fills
+    the root's place and sifts (the hole down to a leaf along the earlier child, then the flow back up:
+    `heapq._siftup`)."""
+    heap = group.heap
+    end: i64 = group.num_queued - 1
+    group.num_queued = end
+    last = heap[end]
+    if end == 0:
         return last
     smallest = heap[0]
-    end: i64 = len(heap)
     pos: i64 = 0
     child: i64 = 1
     while child < end:
