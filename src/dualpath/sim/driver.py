@@ -339,7 +339,7 @@ class Simulation:
         self.failure_log: list[tuple[float, int, int]] = []  # (time s, node, requests re-planned)
         # Handed to the kernel and the link network on every flow or step: bound once here, because in
         # the native build each `self._read_done` used as a value builds a new bound-method object.
-        self._on_read_done: Callable[[int, int], None] = self._read_done
+        self._on_read_done: Callable[[cmd.StartRead], None] = self._read_done
         self._on_h2d_done: Callable[[int], None] = self._h2d_done
         self._on_load_done: Callable[[_Step], None] = self._load_done
         self._on_out_done: Callable[[_Step], None] = self._out_done
@@ -599,14 +599,15 @@ class Simulation:
         t = self._times[c.request_id]
         if math.isnan(t.read_start_s):
             t.read_start_s = self.sim.now_s
-        self.net.start_flow(c.tokens * self.kv_bytes, self.topo.read(c.node_id), LOW, self._on_read_done,
-                            c.node_id, c.request_id)  # fmt: skip
+        self.net.start_flow_one(c.tokens * self.kv_bytes, self.topo.read(c.node_id), LOW, self._on_read_done,
+                                c)  # fmt: skip
 
-    def _read_done(self, node: int, request_id: int) -> None:
+    def _read_done(self, c: cmd.StartRead) -> None:
+        """The read `c` started has landed (the command is its transfer's one argument: no tuple)."""
         if self.sim.now_s >= self._snic_next_s:
             self._snic_sample(self.sim.now_s)
-        self._times[request_id].read_end_s = self.sim.now_s  # the last part's end stays
-        self._do(self.core.on_read_done(node, request_id, self.sim.now_s))
+        self._times[c.request_id].read_end_s = self.sim.now_s  # the last part's end stays
+        self._do(self.core.on_read_done(c.node_id, c.request_id, self.sim.now_s))
 
     def _h2d(self, c: cmd.StartH2D) -> None:
         if self.host is not None:

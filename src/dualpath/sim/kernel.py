@@ -5,15 +5,15 @@ this loop, so it must be a bare binary heap with no generator/process machinery,
 fully deterministic. The shape follows SimPy's `core.Environment`: a heap keyed
 `(time_s, priority, seq)`, `seq` a per-simulator counter so that ties run in scheduling order.
 
-NOTE: an `EventHandle` *is* the heap entry, an `Event` with `time_s`, `priority`, `seq`, `callback`
-and `args` (or, from `schedule_one`, one `arg` and no tuple: a tuple made per event and unpacked by a
-generic call, MEASURED). Cancelling sets `callback` to None (lazy cancellation: O(1), the entry is skipped when
-popped). Entries order by `(time_s, priority, seq)`, and `seq` is unique, so the order is total.
-`Event` is a class of its own rather than a list, and the heap's sifts (`_heap_push`, `_heap_pop`:
-`heapq`'s algorithm) compare entries with a plain function (`_earlier`) that the native build calls
-directly on unboxed fields: `heapq` itself would compare through the generic rich comparison (a
-bool object per pair), and a pop compares ≈ log2(heap) pairs, every event costing ≈ 2 pushes and
-1 cancel (12P24D).
+NOTE: an `EventHandle` *is* the heap entry, an `Event` with `time_s`, `priority`, `seq`, `callback` and
+`args` (or, from `schedule_one`, one `arg` and no tuple: a tuple made per event, unpacked by a generic
+call and freed was ≈ 1 % of a 2P4D run's instructions, benchmarks/README.md). Cancelling sets `callback`
+to None (lazy cancellation: O(1), the entry is skipped when popped). Entries order by `(time_s,
+priority, seq)`, and `seq` is unique, so the order is total. `Event` is a class of its own rather than a
+list, and the heap's sifts (`_heap_push`, `_heap_pop`: `heapq`'s algorithm) compare entries with a plain
+function (`_earlier`) that the native build calls directly on unboxed fields: `heapq` itself would
+compare through the generic rich comparison (a bool object per pair), and a pop compares ≈ log2(heap)
+pairs, every event costing ≈ 2 pushes and 1 cancel (12P24D).
 
 The link network moves a flow group's completion event at every rate change (`move`): the entry
 takes the key a new event would get (the new time, the next `seq`) and sifts from where it is, its
