@@ -314,3 +314,39 @@ def test_moving_a_fired_or_cancelled_event_is_an_error() -> None:
     pending = sim.schedule(1.0, lambda: None)
     with pytest.raises(ValueError, match="past"):
         sim.move(pending, -0.5)
+
+
+def test_one_argument_events_take_their_place_in_the_same_order() -> None:
+    # `schedule_one` / `schedule_one_at` are `schedule(delay, callback, arg)` without the tuple: the same
+    # key (time, priority 0, scheduling order) among the others, the argument passed as is, cancel and
+    # move as for any entry.
+    sim = Simulator()
+    log: list[object] = []
+    sim.schedule(1.0, log.append, "tuple-first")
+    sim.schedule_one(1.0, log.append, "one-second")
+    sim.schedule_one_at(0.5, log.append, ("a", "tuple", "as", "one", "argument"))
+    sim.schedule(1.0, log.append, "tuple-third")
+    dropped = sim.schedule_one(0.7, log.append, "cancelled")
+    moved = sim.schedule_one(0.2, log.append, "moved-after-third")
+    sim.schedule(1.0, log.append, "p-1", priority=-1)
+    assert moved.arguments == ("moved-after-third",) and dropped.args is None
+    sim.cancel(dropped)
+    sim.move(moved, 1.0)
+    sim.run()
+    assert log == [
+        ("a", "tuple", "as", "one", "argument"),
+        "p-1",
+        "tuple-first",
+        "one-second",
+        "tuple-third",
+        "moved-after-third",
+    ]
+    assert sim.events_processed == 6
+
+
+def test_one_argument_events_in_the_past_are_an_error() -> None:
+    sim = Simulator(start_s=5.0)
+    with pytest.raises(ValueError, match="past"):
+        sim.schedule_one(-1.0, print, "x")
+    with pytest.raises(ValueError, match="now is"):
+        sim.schedule_one_at(4.0, print, "x")

@@ -31,6 +31,34 @@ def test_one_flow_on_an_idle_link_takes_bytes_over_bandwidth_plus_latency() -> N
     assert link.bytes_carried(sim.now_s) == pytest.approx(100 * GB)
 
 
+def test_a_one_argument_transfer_finishes_as_the_same_transfer_with_its_argument_in_a_tuple() -> None:
+    # `start_flow_one(size, path, class, on_done, arg)` is `start_flow(size, path, class, on_done, arg)`:
+    # the same finish times for the same flows started in the same order, the argument passed as is.
+    finished: dict[str, list[tuple[object, float]]] = {"tuple": [], "one": []}
+    for kind in ("tuple", "one"):
+        sim, net, _ = make_net()
+        path = (net.add_link("snic_rx", 50 * GB, latency_s=1e-6), net.add_link("dram", 80 * GB))
+
+        def done(arg: object, log: list[tuple[object, float]] = finished[kind], sim: Simulator = sim) -> None:
+            log.append((arg, sim.now_s))
+
+        for i, size in enumerate((30 * GB, 0.0, 70 * GB)):
+            arg = ("part", i)
+            if kind == "tuple":
+                net.start_flow(size, path, LOW, done, arg)
+            else:
+                net.start_flow_one(size, path, LOW, done, arg)
+        sim.run()
+    assert finished["one"] == finished["tuple"] and len(finished["one"]) == 3
+    assert [arg for arg, _ in finished["one"]] == [("part", 1), ("part", 0), ("part", 2)]
+    sim, net, _ = make_net()
+    link = net.add_link("l", GB)
+    with pytest.raises(ValueError, match=">= 0"):
+        net.start_flow_one(-1.0, (link,), LOW, print, "x")
+    with pytest.raises(ValueError, match="at least one link"):
+        net.start_flow_one(1.0, (), LOW, print, "x")
+
+
 def test_zero_byte_flow_completes_after_latency_only() -> None:
     sim, net, fin = make_net()
     link = net.add_link("cnic_tx", 50 * GB, latency_s=1e-6)
