@@ -35,31 +35,45 @@ _INF: Final = math.inf
 class FlowGroup:
     """The active flows of one (traffic class, path): equal rates, one virtual clock, one kernel event."""
 
+    # NOTE: the native build lays the fields out in the order `__init__` first sets them. The fields
+    # that the rate update's scans read for every group on a link (`find_violations`, `fill_into`,
+    # `_top_rate`, `bottlenecked_on`) come first and the flags side by side, so that a scan reads one
+    # or two cache lines of a group, not three; the rest is read only when the group itself changes.
     __slots__ = (
         "path",
-        "high",
-        "num_flows",
         "rate",
+        "fill_rate",
+        "bottleneck",
+        "num_flows",
+        "high",
+        "refill",
+        "vio_seen",
+        "fill_frozen",
+        "dirty",
+        "rate_moved",
         "vtime_bytes",
         "last_s",
         "heap",
         "num_queued",
         "handle",
         "handle_tag",
-        "bottleneck",
-        "fill_frozen",
-        "fill_rate",
-        "dirty",
-        "refill",
-        "vio_seen",
-        "rate_moved",
     )
 
     def __init__(self, path: tuple[Link, ...], high: bool, now_s: float) -> None:
         self.path = path
-        self.high = high
-        self.num_flows = 0
         self.rate = 0.0  # bytes/s of each flow
+        self.fill_rate = 0.0  # the per-flow rate the last `fill` that included this group gave it
+        self.bottleneck: Link | None = None  # a link where it is saturated and fastest (single class)
+        self.num_flows = 0
+        self.high = high
+        # Set membership as flags, not dicts keyed by group (no hashing per test; False between updates):
+        # in the update's re-filled set (`LinkNetwork._incremental`), already a candidate or grown in
+        # `find_violations`.
+        self.refill = False
+        self.vio_seen = False
+        self.fill_frozen = False  # scratch of `fill`: frozen in the fill running now (False between fills)
+        self.dirty = False  # changed in this instant: its rate update is pending (`LinkNetwork._mark_dirty`)
+        self.rate_moved = False  # its rate changed in `LinkNetwork._apply` (False between updates)
         self.vtime_bytes = 0.0  # bytes each flow of the group has received since the group was made
         self.last_s = now_s
         # Its flows by (finish tag, join order), `Flow.__lt__`, in the first `num_queued` slots of `heap`
@@ -68,36 +82,26 @@ class FlowGroup:
         self.num_queued: i64 = 0
         self.handle: EventHandle | None = None
         self.handle_tag = -1.0  # finish tag the handle was scheduled for, at the current rate
-        self.bottleneck: Link | None = None  # a link where it is saturated and fastest (single class)
-        self.fill_frozen = False  # scratch of `fill`: frozen in the fill running now (False between fills)
-        self.fill_rate = 0.0  # the per-flow rate the last `fill` that included this group gave it
-        self.dirty = False  # changed in this instant: its rate update is pending (`LinkNetwork._mark_dirty`)
-        # Set membership as flags, not dicts keyed by group (no hashing per test; False between updates):
-        # in the update's re-filled set (`LinkNetwork._incremental`), already a candidate or grown in
-        # `find_violations`, its rate changed in `LinkNetwork._apply`.
-        self.refill = False
-        self.vio_seen = False
-        self.rate_moved = False
 
     def renew(self, path: tuple[Link, ...], high: bool, now_s: float) -> None:
         """Become a new group of `path` and class `high`, as `__init__` makes one, keeping the heap's
         list and its slots (`LinkNetwork`'s spare groups: an emptied group, its heap's slots freed)."""
         self.path = path
-        self.high = high
-        self.num_flows = 0
         self.rate = 0.0
+        self.fill_rate = 0.0
+        self.bottleneck = None
+        self.num_flows = 0
+        self.high = high
+        self.refill = False
+        self.vio_seen = False
+        self.fill_frozen = False
+        self.dirty = False
+        self.rate_moved = False
         self.vtime_bytes = 0.0
         self.last_s = now_s
         self.num_queued = 0
         self.handle = None
         self.handle_tag = -1.0
-        self.bottleneck = None
-        self.fill_frozen = False
-        self.fill_rate = 0.0
-        self.dirty = False
-        self.refill = False
-        self.vio_seen = False
-        self.rate_moved = False
 
     def settle(self, now_s: float) -> None:
         self.vtime_bytes += self.rate * (now_s - self.last_s)
