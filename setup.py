@@ -74,9 +74,13 @@ PROFILE_FLAGS: dict[str, tuple[list[str], list[str]]] = {
 # profile): the extension's C functions are global symbols of a shared object, which GCC by default
 # must assume another library could interpose, so it inlines none of them into another and assumes
 # nothing across them. Nothing interposes them (Python reaches the module through its init function
-# only); CPython builds its own library with this flag for the same reason. Measured in
-# benchmarks/README.md.
-GCC_FLAGS: list[str] = ["-fno-semantic-interposition"]
+# only); CPython builds its own library with this flag for the same reason. `-fno-plt`: a call into
+# the interpreter (an object's allocation or freeing, a list's append) reads its address from the
+# GOT instead of jumping through a PLT stub first. `-fno-stack-protector` drops the canary that the
+# interpreter's own flags (`-fstack-protector-strong`) put in every function with a local array:
+# the extension takes no untrusted input. Neither changes what any arithmetic computes (no
+# `-march`: its fused multiply-adds would round differently). Measured in benchmarks/README.md.
+GCC_FLAGS: list[str] = ["-fno-semantic-interposition", "-fno-plt", "-fno-stack-protector"]
 
 
 def _gcc_flags(native: ModuleType, modules: list[Any], compiler: str) -> None:
