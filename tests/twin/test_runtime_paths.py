@@ -167,7 +167,7 @@ def test_persists_of_one_de_node_cross_its_snic_fifo_like_the_runtime_writer(cal
                          overheads=dataclasses.replace(cal.overheads, store_write_op_s=op_s))  # fmt: skip
     durable: dict[int, float] = {}
     # The host delays the core's persist-done by one commit (op_s): record when it reaches the core.
-    sim._persisted = lambda items, size: durable.update({items[0][0]: sim.sim.now_s})  # type: ignore[method-assignment]
+    sim._persisted = lambda items, size: durable.update({items[0].request_id: sim.sim.now_s})  # type: ignore[method-assignment]
     de = sim.cluster.num_prefill_nodes * sim.cluster.hardware.gpus_per_node  # the first DE engine
     tokens = (64, 192)
     for rid, n in zip((10_000, 10_001), tokens, strict=True):  # at t = 0, before the trace persists

@@ -626,10 +626,9 @@ class Simulation:
         if self.mode.skip_io:  # oracle: the write takes no time (§7.1)
             self._io_free.append((c.request_id, c.from_hbm))
             return
-        item = (c.request_id, c.from_hbm, c.de_engine)
         size = c.tokens * self.kv_bytes
         pipe = self._d2h_pipe(c.de_engine) if c.from_hbm else self._persist_pipe(c.de_engine)
-        pipe.put(size, item)
+        pipe.put(size, c)  # the command is the write's item: no tuple of its fields, no boxed ints
         if not c.from_hbm:
             self._touch(pipe)
         # Decode-time blocks wait in their engine's pipe until a request of that engine emits its
@@ -663,10 +662,10 @@ class Simulation:
             )
         return pipe
 
-    def _persisted(self, items: list[tuple[int, bool, int]], size: float) -> None:
+    def _persisted(self, items: list[cmd.StartPersist], size: float) -> None:
         now, out = self.sim.now_s, []
-        for request_id, from_hbm, _ in items:
-            out += self.core.on_persist_done(request_id, from_hbm, now)
+        for c in items:
+            out += self.core.on_persist_done(c.request_id, c.from_hbm, now)
         self._do(out)
 
     # ---- prefill: one step event per node, flows per hop, pipeline in closed form ----------------

@@ -65,9 +65,9 @@ class _FifoWriter:
     def __init__(self, net: Any, then: Any) -> None:
         self.net, self.then = net, then
         self.busy = False
-        self.queue: deque[tuple[float, tuple[int, bool, int], tuple[Any, ...]]] = deque()
+        self.queue: deque[tuple[float, cmd.StartPersist, tuple[Any, ...]]] = deque()
 
-    def put(self, size_bytes: float, item: tuple[int, bool, int], path: tuple[Any, ...]) -> None:
+    def put(self, size_bytes: float, item: cmd.StartPersist, path: tuple[Any, ...]) -> None:
         self.queue.append((size_bytes, item, path))
         if not self.busy:
             self._next()
@@ -77,7 +77,7 @@ class _FifoWriter:
         self.busy = True
         self.net.start_flow(size_bytes, path, TrafficClass.LOW, self._done, item, size_bytes)
 
-    def _done(self, item: tuple[int, bool, int], size_bytes: float) -> None:
+    def _done(self, item: cmd.StartPersist, size_bytes: float) -> None:
         self.busy = False
         if self.queue:
             self._next()  # the link never waits for a commit (the commit pool runs beside it)
@@ -202,17 +202,16 @@ class RuntimeHost:
         node = s.core.node_of_engine(de)
         if s.mode.skip_io:  # oracle: unpaced bytes, only the commits take time
             landed_s = self._enqueue_writes(node, c.tokens // s.cluster.scheduler.block_tokens)
-            item = (c.request_id, c.from_hbm, de)
-            s.sim.schedule_at(landed_s, s._persisted, [item], c.tokens * s.kv_bytes)
+            s.sim.schedule_at(landed_s, s._persisted, [c], c.tokens * s.kv_bytes)
             return
         writer = self._fifo_writers.get(node)
         if writer is None:
             writer = self._fifo_writers[node] = _FifoWriter(s.net, self._persisted)
         # Decode-time blocks are copied out of the cache (the D2H) and then cross the same SNIC.
         path = s.topo.d2h(de) + s.topo.persist(de)[1:] if c.from_hbm else s.topo.persist(de)
-        writer.put(c.tokens * s.kv_bytes, (c.request_id, c.from_hbm, de), path)
+        writer.put(c.tokens * s.kv_bytes, c, path)
 
-    def _persisted(self, items: list[tuple[int, bool, int]], size: float) -> None:
+    def _persisted(self, items: list[cmd.StartPersist], size: float) -> None:
         self.s.sim.schedule(self.spec.commit_s, self.s._persisted, items, size)
 
     def _enqueue_writes(self, node: int, blocks: int) -> float:
