@@ -314,7 +314,7 @@ class Simulation:
         for n in self.core.de_nodes:
             self._decode[n] = _DecodeRun()
         self._fetch_pending = False
-        self._io_free: list[tuple[int, bool]] = []  # oracle persists (no I/O time), done after `_do`
+        self._io_free: list[cmd.StartPersist] = []  # oracle persists (no I/O time), done after `_do`
         # The D2H pipe of each DE engine, at its engine id (None: none yet): a list, not a dict, since
         # an int key above 256 is a new object at each lookup, which the dict compares by value.
         self._d2h_pipes: list[_WritePipe | None] = [None] * (nodes * g)
@@ -443,8 +443,8 @@ class Simulation:
                 pipe.flush()
         while self._io_free:  # oracle: persists done at once, after the commands that came with them
             done, self._io_free = self._io_free, []
-            for request_id, from_hbm in done:
-                self._do(self.core.on_persist_done(request_id, from_hbm, self.sim.now_s))
+            for persist in done:
+                self._do(self.core.on_persist_done(persist.request_id, persist.from_hbm, self.sim.now_s))
         if self.core.wants_fetch and not self._fetch_pending:
             # The core's fetch cadence: the group leaders fetch once, at the end of this instant.
             self._fetch_pending = True
@@ -624,7 +624,7 @@ class Simulation:
             self.host.persist(c)
             return
         if self.mode.skip_io:  # oracle: the write takes no time (§7.1)
-            self._io_free.append((c.request_id, c.from_hbm))
+            self._io_free.append(c)
             return
         size = c.tokens * self.kv_bytes
         pipe = self._d2h_pipe(c.de_engine) if c.from_hbm else self._persist_pipe(c.de_engine)
