@@ -229,7 +229,7 @@ class ClusterCore:
                 continue  # C2 and C3 empty: Algorithm 1 places nothing here (speed only, same decisions)
             pnode = self.pe_node(node_id)
             for a in self.scheduler.fetch_pe_group(pnode.node_id, self._pe_loads(pnode)):
-                out += self._on_assigned(a)
+                self._on_assigned(a, out)
         self._fetch_wanted = False
         return out
 
@@ -344,18 +344,21 @@ class ClusterCore:
             r.free_hbm_tokens = 0
         return reports
 
-    def _on_assigned(self, a: Assignment) -> list[Command]:
+    def _on_assigned(self, a: Assignment, out: list[Command]) -> None:
         request = self._active.at(a.request_id)
         if self.down and (
             self.node_of_engine(a.pe_engine) in self.down or self.node_of_engine(a.de_engine) in self.down
         ):
             # round robin deals PEs cluster-wide: a turn that fell on a dead node goes back to the queue
-            return self._release_de(request) + self._requeue(request)
+            self._release_de(request)
+            self._requeue(request)
+            return
         pe = self._pe[a.pe_engine]
         pe.assign(request)
         self._note_compute_tok(self.pe_node(pe.node_id))
         if self.mode.skip_io:
-            return self._make_ready(request)
+            self._make_ready(request, out)
+            return
         pe_node, de_node = self.node_of_engine(a.pe_engine), self.node_of_engine(a.de_engine)
         kv = self.config.kv_bytes_per_token
         parts: list[ReadPart] = []
@@ -368,19 +371,17 @@ class ClusterCore:
         request.parts_reading = len(parts)
         if not parts:
             self._landing_wait[de_node].append(request)
-            return self._admit(de_node)
-        out: list[Command] = []
+            self._admit(de_node, out)
+            return
         for part in parts:
             self.readers[part.node_id].enqueue(part)
             self.scheduler.mark_de_report_due(part.node_id)
         for part in parts:
-            out += self._admit(part.node_id)
-        return out
+            self._admit(part.node_id, out)
 
     # ---- storage reads and DRAM buffers -------------------------------------------------------
-    def _admit(self, node_id: int) -> list[Command]:
+    def _admit(self, node_id: int, out: list[Command]) -> None:
         """Start what the node's buffer admits: landings waiting on it first (they hold PE buffers)."""
-        out: list[Command] = []
         wait = self._landing_wait[node_id]
         pool = self.buffers[node_id]
         while wait:
@@ -390,7 +391,7 @@ class ClusterCore:
                 break
             pool.reserve(request, need)
             wait.popleft()
-            out += self._make_ready(request)
+            self._make_ready(request, out)
         reader = self.readers[node_id]
         part = reader.admit_next(pool)
         while part is not None:
@@ -408,7 +409,6 @@ class ClusterCore:
                 )
             )
             part = reader.admit_next(pool)
-        return out
 
     def _read_part_start(self, request: Request, node_id: int) -> tuple[bool, int]:
         """Whether the request's read on `node_id` is its PE-side part, and where in the hit it starts:
@@ -433,15 +433,18 @@ class ClusterCore:
             _, start_tokens = self._read_part_start(request, node_id)
             self._shrink_hit(request, start_tokens + max(0, usable_tokens))
         # A finished read frees a slot of the node's queue depth: the next queued read starts now.
-        out = self._admit(node_id)
+        out: list[Command] = []
+        self._admit(node_id, out)
         if request.parts_reading:
             return out
         assert request.de_engine is not None
         de_node = self.node_of_engine(request.de_engine)
         if self.buffers[de_node].holds(request):
-            return out + self._make_ready(request)
+            self._make_ready(request, out)
+            return out
         self._landing_wait[de_node].append(request)
-        return out + self._admit(de_node)
+        self._admit(de_node, out)
+        return out
 
     def _shrink_hit(self, request: Request, usable_hit_tokens: int) -> None:
         """The request's hit is only its first `usable_hit_tokens` (whole blocks): the rest is computed
@@ -459,26 +462,26 @@ class ClusterCore:
         request.hit_tokens = hit
         request.persisted_tokens = min(request.persisted_tokens, hit)
 
-    def _make_ready(self, request: Request) -> list[Command]:
+    def _make_ready(self, request: Request, out: list[Command]) -> None:
         assert request.pe_engine is not None
         request.phase = Phase.READY
         pe = self._pe[request.pe_engine]
         pe.ready.append(request)
-        return self._try_step(self.pe_node(pe.node_id))
+        self._try_step(self.pe_node(pe.node_id), out)
 
     # ---- prefill -------------------------------------------------------------------------------
-    def _try_step(self, node: PrefillNode) -> list[Command]:
+    def _try_step(self, node: PrefillNode, out: list[Command]) -> None:
         if node.busy or not node.has_ready:
-            return []
+            return
         batches = tuple(self._batch(e) for e in node.engines)
         node.step_id += 1
         node.busy = True
         node.running = batches
-        return [
+        out.append(
             StartPrefillStep(
                 node_id=node.node_id, step_id=node.step_id, layerwise=self.mode.layerwise, batches=batches
             )
-        ]
+        )
 
     def _batch(self, engine: PrefillEngine) -> tuple[StepItem, ...]:
         if not engine.ready:
@@ -539,14 +542,15 @@ class ClusterCore:
                 out.append(self._milestone(request, 1))
                 if self.buffers[node_id].holds(request):
                     self.buffers[node_id].release(request)
-                    out += self._admit(node_id)
+                    self._admit(node_id, out)
         if finished:
             self._note_compute_tok(node)
         self._fetch_wanted = True  # its engines' tok_e fell
         node.busy = False
         node.running = ()
         node.awaiting_out[step_id] = tuple(finished)
-        return out + self._try_step(node)
+        self._try_step(node, out)
+        return out
 
     def on_kv_out_done(self, node_id: int, step_id: int, now_s: float) -> list[Command]:
         """Every layer of the step's finished requests sits in their DE buffers (Fig. 4a step 7)."""
@@ -557,13 +561,12 @@ class ClusterCore:
         for item in items:
             request = self._active.get(item.request_id)
             if request is not None and request.phase is Phase.TRANSFERRING:
-                out += self._to_decode(request)
+                self._to_decode(request, out)
         return out
 
     # ---- decode --------------------------------------------------------------------------------
-    def _to_decode(self, request: Request) -> list[Command]:
+    def _to_decode(self, request: Request, out: list[Command]) -> None:
         assert request.de_engine is not None
-        out: list[Command] = []
         block = self._block_tokens
         prompt_blocks_end = request.prompt_tokens // block * block
         persisted = request.persisted_tokens
@@ -585,39 +588,44 @@ class ClusterCore:
             )
         if request.gen_tokens == 1:  # nothing to decode: token 1 was the last
             request.dram_holds = holds
-            return out + self._finish(request) + self._maybe_release_dram(request)
+            self._finish(request, out)
+            self._maybe_release_dram(request, out)
+            return
         if self.mode.skip_io:
-            return out + self._join(request)
+            self._join(request, out)
+            return
         request.dram_holds = holds + 1
         out.append(StartH2D(de_engine=request.de_engine, request_id=request.request_id,
                             tokens=request.prompt_tokens, hit_tokens=request.hit_tokens))  # fmt: skip
-        return out
 
     def on_h2d_done(self, request_id: int, now_s: float) -> list[Command]:
         request = self._active.get(request_id)  # one lookup: None when re-planned meanwhile
         if request is None:
             return []
         request.dram_holds -= 1
-        return self._maybe_release_dram(request) + self._join(request)
+        out: list[Command] = []
+        self._maybe_release_dram(request, out)
+        self._join(request, out)
+        return out
 
-    def _join(self, request: Request) -> list[Command]:
+    def _join(self, request: Request, out: list[Command]) -> None:
         assert request.de_engine is not None
         request.phase = Phase.DECODING
         node = self.de_node(self.node_of_engine(request.de_engine))
         node.joining.append(request)
-        return [DecodeChanged(node_id=node.node_id)]
+        out.append(DecodeChanged(node_id=node.node_id))
 
-    def _maybe_release_dram(self, request: Request) -> list[Command]:
+    def _maybe_release_dram(self, request: Request, out: list[Command]) -> None:
         if self.mode.skip_io or request.dram_holds > 0:
-            return []
+            return
         request.dram_holds = NO_DRAM_HOLD
         assert request.de_engine is not None
         de_node = self.node_of_engine(request.de_engine)
         if not self.buffers[de_node].holds(request):
-            return []
+            return
         self.buffers[de_node].release(request)
         self._maybe_forget(request)
-        return self._admit(de_node)
+        self._admit(de_node, out)
 
     def start_decode_run(self, node_id: int) -> int:
         """At a step boundary with no run in flight (`DecodeChanged`, or a run's end): joiners enter the
@@ -670,7 +678,7 @@ class ClusterCore:
             if ev.finished:
                 if request.gen_tokens > 2:  # tokens 1 and 2 had their own milestones
                     out.append(self._milestone(request, request.gen_tokens))
-                out += self._finish(request)
+                self._finish(request, out)
         return out
 
     def _milestone(self, request: Request, token_index: int, steps_before_now: int = 0) -> TokenMilestone:
@@ -720,7 +728,7 @@ class ClusterCore:
         self.scheduler.note_de_freed(node_id)
         self._fetch_wanted = True
 
-    def _finish(self, request: Request) -> list[Command]:
+    def _finish(self, request: Request, out: list[Command]) -> None:
         """Last token out: free the DE's HBM reservation; done once its blocks are persisted."""
         assert request.de_engine is not None
         e = self.de_engine(request.de_engine)
@@ -728,14 +736,13 @@ class ClusterCore:
         e.seq -= 1
         self._de_freed(e.node_id)
         request.phase = Phase.DONE
-        if request.persists_in_flight:
-            return []
-        return self._done(request)
+        if not request.persists_in_flight:
+            self._done(request, out)
 
-    def _done(self, request: Request) -> list[Command]:
+    def _done(self, request: Request, out: list[Command]) -> None:
         request.persists_in_flight = 0
         self._maybe_forget(request)
-        return [
+        out.append(
             RequestDone(
                 request_id=request.request_id,
                 pe_engine=request.pe_engine,
@@ -744,7 +751,7 @@ class ClusterCore:
                 pe_read_tokens=request.pe_read_tokens,
                 de_read_tokens=request.de_read_tokens,
             )
-        ]
+        )
 
     def _maybe_forget(self, request: Request) -> None:
         if request.phase is Phase.DONE and not request.persists_in_flight and request.dram_holds <= 0:
@@ -759,9 +766,9 @@ class ClusterCore:
         out: list[Command] = []
         if not from_hbm and not self.mode.skip_io:  # oracle: no DE buffer holds the prompt
             request.dram_holds -= 1
-            out += self._maybe_release_dram(request)
+            self._maybe_release_dram(request, out)
         if request.phase is Phase.DONE and not request.persists_in_flight:
-            out += self._done(request)
+            self._done(request, out)
         return out
 
     # ---- failures and cancels (DESIGN §4 "faults") ------------------------------------------
@@ -786,10 +793,10 @@ class ClusterCore:
             if request.phase is Phase.DONE:
                 request.persists_in_flight = 0
                 request.dram_holds = NO_DRAM_HOLD
-                out += self._done(request)
+                self._done(request, out)
                 continue
             replan.append(RequestView(request))
-            out += self._evict(request)
+            self._evict(request, out)
         if node_id in self.de_nodes:
             for request in [r for r in self._active.values() if r.phase is Phase.QUEUED]:
                 if request.de_engine is None and self.scheduler.remove(request.request_id) is not None:
@@ -823,7 +830,8 @@ class ClusterCore:
         request = self._active.get(request_id)
         if request is None or request.phase not in _ABANDONABLE:
             return None
-        out = self._evict(request)
+        out: list[Command] = []
+        self._evict(request, out)
         request.phase = Phase.DONE
         return out
 
@@ -836,9 +844,9 @@ class ClusterCore:
         pe = request.pe_engine
         return pe is not None and not past_pe and self.node_of_engine(pe) == node_id
 
-    def _evict(self, request: Request) -> list[Command]:
-        """Take the request out of every book (queues, reads, buffers, PE and DE accounting); returns
-        what the freed space lets start on the nodes that are up."""
+    def _evict(self, request: Request, out: list[Command]) -> None:
+        """Take the request out of every book (queues, reads, buffers, PE and DE accounting); puts in
+        `out` what the freed space lets start on the nodes that are up."""
         rid = request.request_id
         self._active.pop(rid)
         self._fetch_wanted = True  # what it held (tok_e, HBM, queue places) is free
@@ -867,31 +875,28 @@ class ClusterCore:
                     pe.ready.remove(request)
                 pe.finish(request)
                 self._note_compute_tok(self.pe_node(pe.node_id))
-        out = self._release_de(request)
+        self._release_de(request)
         for node_id in sorted(freed - self.down):
-            out += self._admit(node_id)
-        return out
+            self._admit(node_id, out)
 
-    def _release_de(self, request: Request) -> list[Command]:
+    def _release_de(self, request: Request) -> None:
         """Give back a placed request's DE HBM reservation (on a DE that is up and not decoding it)."""
         if request.de_engine is None or request.phase in (Phase.DECODING, Phase.DONE):
-            return []
+            return
         e = self.de_engine(request.de_engine)
         if e.node_id in self.down:
-            return []
+            return
         node = self.de_node(e.node_id)
         if request in node.joining:
-            return []  # joined the batch's books (a decode run): its DE ends it instead
+            return  # joined the batch's books (a decode run): its DE ends it instead
         node.release(e, request.total_tokens)
         e.seq -= 1
         self._de_freed(e.node_id)
-        return []
 
-    def _requeue(self, request: Request) -> list[Command]:
+    def _requeue(self, request: Request) -> None:
         request.de_engine = request.pe_engine = None
         request.pe_read_tokens = request.de_read_tokens = 0
         self.scheduler.submit(request)
-        return []
 
     def _reset_node(self, node_id: int) -> None:
         """Fresh books for a node that went down or came back (what it held is gone with it)."""
