@@ -165,10 +165,11 @@ def decode_step_time_s(
 
 def _new_tokens(batch: Sequence[Request]) -> tuple[int, int]:
     """(new tokens, requests with new tokens) of one GPU's batch of (cached, new) requests."""
-    if not batch:
-        return 0, 0  # an idle GPU: no iterator over the (generic) sequence
+    # A list, indexed natively (`CostModel.attention_layer_time_s`).
+    items: list[Request] = batch if isinstance(batch, list) else list(batch)
     total = count = 0
-    for _, new in batch:
+    for i in range(len(items)):
+        new = items[i][1]
         total += new
         if new > 0:
             count += 1
@@ -261,19 +262,22 @@ class CostModel:
         The lists keep their slots between calls (`_attention_len` says how many are current) and the
         sums' records are rewritten in place: no list shrinks and no number is boxed per request.
         """
-        if not requests:
+        # Every driver passes a list: the native build indexes a list directly, a Sequence through the
+        # generic protocol with a boxed index per read (another sequence is copied once).
+        batch: list[Request] = requests if isinstance(requests, list) else list(requests)
+        if not batch:
             return 0.0  # an idle GPU of the step: what the sums give, and the previous call's prefix kept
         c = self.coefficients
         prefix, sums = self._attention_prefix, self._attention_sums
-        n = len(requests)
+        n = len(batch)
         k, same = 0, min(self._attention_len, n)
-        while k < same and prefix[k] == requests[k]:
+        while k < same and prefix[k] == batch[k]:
             k += 1
         base = sums[k]
         main_pairs, indexer_pairs = base.main_pairs, base.indexer_pairs
         weighted_context, new_total = base.weighted_context, base.new_total
         for i in range(k, n):
-            item = requests[i]
+            item = batch[i]
             cached, new = item
             if i < len(prefix):
                 prefix[i] = item  # the caller's (immutable) pair, kept as is
@@ -326,7 +330,10 @@ class CostModel:
         attention: list[float] = []
         tokens: list[int] = []  # new tokens per GPU
         most_requests = 0  # the most requests with new tokens on one GPU: the LM head's batch
-        for batch in per_gpu_batches:  # one pass over the batches (the sequences are generic here)
+        batches: list[Sequence[Request]] = (
+            per_gpu_batches if isinstance(per_gpu_batches, list) else list(per_gpu_batches)
+        )
+        for batch in batches:  # one pass over the batches (a list: iterated natively)
             attention.append(self.attention_layer_time_s(batch))
             total, count = _new_tokens(batch)
             tokens.append(total)
