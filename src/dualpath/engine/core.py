@@ -2,7 +2,9 @@
 
 Both drivers run this object: the simulator with a virtual clock and a cost model, the runtime with
 wall-clock time and real bytes. Each `on_*` / `fetch` call returns the commands to execute now
-(`dualpath.engine.commands`). Node ids: PE nodes 0..P-1, DE nodes P..P+D-1; engine id = node·g + rank.
+(`dualpath.engine.commands`), in one list it makes: the helpers it goes through append theirs to it
+(their `out` parameter), in the order they run. Node ids: PE nodes 0..P-1, DE nodes P..P+D-1; engine
+id = node·g + rank.
 
 Life of a request (each arrow is a call from the driver):
 
