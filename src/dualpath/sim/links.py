@@ -73,8 +73,8 @@ class Link:
 
     # NOTE: the native build lays the fields out in the order `__init__` first sets them: first what
     # every flow's start and end and every rate change write (load, bytes carried), then what the rate
-    # update's violation check reads, then the fill's scratch; the flags side by side. A link's work
-    # per event then reads one or two of its cache lines, not four.
+    # update's violation check reads, then the fill's scratch; the flags side by side. A flow's start
+    # or end then reads the first one or two of a link's cache lines, the violation check one more.
     __slots__ = (
         "capacity_bytes_per_s",
         "rate_high",
