@@ -23,8 +23,13 @@ Why rho = 0.8 by default, not 1: at rho = 1 the three SNICs are exactly as fast 
 a perfect pipeline with no idle moment on any SNIC could match Oracle (a queue at utilisation 1 never
 drains); no storage tier is provisioned that way. 0.8 is the busy level the benchmark asks of every SNIC
 while requests wait for reads; Basic is then still 3 x 0.8 = 2.4 x over its one SNIC's capacity.
-`--design-load 1` gives the knife-edge point (measured figures for both are in benchmarks/README.md). The individual runs are in the JSON. A SNIC's utilisation is its bytes
-read over (its rate x the time the node had reads waiting or in flight).
+`--design-load 1` gives the knife-edge point (measured figures for both are in benchmarks/README.md).
+
+The individual runs are in the JSON, and each mode's rounds one by one (`rounds`: when each round was
+sent, its latency, its milestones); without `--json` a table sets Oracle's rounds beside DualPath's, with
+DualPath's read queue and read and its wait for a round's blocks to be persisted (the agent's next round
+is sent then). A SNIC's utilisation is its bytes read over (its rate x the time the node had reads
+waiting or in flight).
 
     python benchmarks/runtime_paths.py [--json] [--agents N] [--rounds R] [--context-scale F]
 """
@@ -62,11 +67,12 @@ def snic_load_while_reading(design_load: float, first_round_share: float) -> flo
     return design_load / (1.0 - first_round_share)
 
 
+def mean(values: list[float]) -> float:
+    return sum(values) / len(values)
+
+
 def mode_result(summaries: list[dict]) -> dict:
     """Means over repeated runs of one mode (the host is shared; one run can catch a busy moment)."""
-
-    def mean(values: list[float]) -> float:
-        return sum(values) / len(values)
 
     nodes = sorted(summaries[0]["snic"])
     utils = [snic_utilisation(s) for s in summaries]
@@ -85,7 +91,54 @@ def mode_result(summaries: list[dict]) -> dict:
             k: mean([s["milestones_mean_s"].get(k, 0.0) for s in summaries])
             for k in summaries[0]["milestones_mean_s"]
         },
+        "rounds": rounds_result([s["rounds"] for s in summaries]),
     }
+
+
+def rounds_result(runs: list[list[dict]]) -> list[dict]:
+    """Round by round (`bench.rounds_breakdown`), the means over repeated runs of one mode."""
+
+    out = []
+    for index, first in enumerate(runs[0]):
+        same = [run[index] for run in runs]
+        keys = dict.fromkeys(k for r in same for k in r["milestones_mean_s"])  # a run may lack one
+        out.append(
+            {
+                "round": first["round"],
+                "requests": first["requests"],
+                "sent_mean_s": mean([r["sent_mean_s"] for r in same]),
+                "latency_mean_s": mean([r["latency_mean_s"] for r in same]),
+                "finished_after_last_token_mean_s": mean(
+                    [r["finished_after_last_token_mean_s"] for r in same]
+                ),
+                "milestones_mean_s": {
+                    k: mean([r["milestones_mean_s"][k] for r in same if k in r["milestones_mean_s"]])
+                    for k in keys
+                },
+            }
+        )
+    return out
+
+
+def rounds_table(modes: dict[str, dict]) -> str:
+    """Where each round's time goes, Oracle beside DualPath: when the round was sent (mean s since the
+    start), its latency to the last token, DualPath's read queue and read (mean s after arrival), and its
+    wait from the last token until the round's blocks were persisted (its next round is sent then)."""
+    head = (
+        f"{'round':>5} {'oracle sent':>12} {'latency':>8} {'dualpath sent':>14} {'latency':>8}"
+        f" {'read queue':>11} {'read':>6} {'persisted':>10}"
+    )
+    lines = [head, "-" * len(head)]
+    for oracle, dualpath in zip(modes["oracle"]["rounds"], modes["dualpath"]["rounds"], strict=True):
+        m = dualpath["milestones_mean_s"]
+        queue, read = m.get("read_start", 0.0), m.get("read_end", 0.0) - m.get("read_start", 0.0)
+        persisted = dualpath["finished_after_last_token_mean_s"]
+        lines.append(
+            f"{oracle['round']:>5} {oracle['sent_mean_s']:>12.2f} {oracle['latency_mean_s']:>8.3f}"
+            f" {dualpath['sent_mean_s']:>14.2f} {dualpath['latency_mean_s']:>8.3f}"
+            f" {queue:>11.3f} {read:>6.3f} {persisted:>10.3f}"
+        )
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -164,6 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(out, indent=2))
     else:
+        print(rounds_table(modes))
         print(
             f"basic/dualpath {out['basic_over_dualpath']:.2f}x   dualpath/oracle {out['dualpath_over_oracle']:.2f}x"
             f"   first round {100 * first_round_share:.0f} % of Oracle's JCT, SNICs loaded to"

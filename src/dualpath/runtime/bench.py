@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import httpx
@@ -18,6 +19,7 @@ from dualpath.runtime.launcher import wait_healthy
 from dualpath.runtime.loadgen import (
     AgentPlan,
     BenchResult,
+    RoundRecord,
     poisson_starts,
     run_bench,
     scale_tokens,
@@ -128,15 +130,56 @@ def run(url: str, options: BenchOptions, *, progress: bool = True) -> tuple[dict
         k: float(health[k]) for k in ("prefill_tokens_per_s", "attention_s_per_token_pair") if k in health
     }
     summary["read_sides"] = _count_sides(result)
-    summary["milestones_mean_s"] = _mean_milestones(result)
+    summary["milestones_mean_s"] = _mean_milestones(result.rounds)
+    summary["rounds"] = rounds_breakdown(result)
     return summary, result
 
 
-def _mean_milestones(result: BenchResult) -> dict[str, float]:
+def rounds_breakdown(result: BenchResult) -> list[dict[str, object]]:
+    """Per round index (0: each agent's first round, which reads nothing from an empty store): how many
+    requests, when they were sent (mean seconds since the bench started), their mean latency to the last
+    token, the mean seconds from arrival to each server-side milestone, and the mean wait from the last
+    token to `finished` (the round's blocks persisted: the stream ends then, and the agent's next round is
+    sent)."""
+    by_round: dict[int, list[RoundRecord]] = {}
+    for record in result.rounds:
+        by_round.setdefault(record.round_index, []).append(record)
+    return [
+        {
+            "round": index,
+            "requests": len(records),
+            "sent_mean_s": _mean([r.sent_s for r in records]),
+            "latency_mean_s": _mean([r.done_s - r.sent_s for r in records]),
+            "finished_after_last_token_mean_s": _mean(
+                [w for r in records if (w := _wait_after_last_token(r)) is not None]
+            ),
+            "milestones_mean_s": _mean_milestones(records),
+        }
+        for index, records in sorted(by_round.items())
+    ]
+
+
+def _wait_after_last_token(record: RoundRecord) -> float | None:
+    """Server-side seconds from the request's last token (token 1 at the prefill's end when it had no
+    decode) to `finished`; None without those times."""
+    times = _times(record)
+    last = times.get("last_token", times.get("prefill_end"))
+    return None if last is None or "finished" not in times else float(times["finished"]) - float(last)
+
+
+def _times(record: RoundRecord) -> dict[str, float]:
+    return dict(record.info.get("times_s", {}))  # type: ignore[call-overload]
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else 0.0
+
+
+def _mean_milestones(records: Sequence[RoundRecord]) -> dict[str, float]:
     """Mean seconds from arrival to each server-side milestone (read end, prefill start, ...)."""
     values: dict[str, list[float]] = {}
-    for record in result.rounds:
-        for key, value in dict(record.info.get("times_s", {})).items():  # type: ignore[call-overload]
+    for record in records:
+        for key, value in _times(record).items():
             values.setdefault(key, []).append(float(value))
     return {key: sum(v) / len(v) for key, v in sorted(values.items(), key=lambda kv: sum(kv[1]) / len(kv[1]))}
 
