@@ -97,7 +97,6 @@ def mode_result(summaries: list[dict]) -> dict:
 
 def rounds_result(runs: list[list[dict]]) -> list[dict]:
     """Round by round (`bench.rounds_breakdown`), the means over repeated runs of one mode."""
-
     out = []
     for index, first in enumerate(runs[0]):
         same = [run[index] for run in runs]
