@@ -29,9 +29,11 @@ The individual runs are in the JSON, and each mode's rounds one by one (`rounds`
 sent, its latency, its milestones); without `--json` a table sets Oracle's rounds beside DualPath's, with
 DualPath's read queue and read and its wait for a round's blocks to be persisted (the agent's next round
 is sent then). A SNIC's utilisation is its bytes read over (its rate x the time the node had reads
-waiting or in flight).
+waiting or in flight). Each run also keeps its SNICs' read rates over time (`read_timelines`: the
+counters sampled every 0.5 s while the replay runs); `--plot F.png` draws Basic's and DualPath's first
+run that way, beside Oracle's JCT.
 
-    python benchmarks/runtime_paths.py [--json] [--agents N] [--rounds R] [--context-scale F]
+    python benchmarks/runtime_paths.py [--json] [--plot F.png] [--agents N] [--rounds R] [--context-scale F]
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ import os
 import platform
 import sys
 import time
+from pathlib import Path
 
 from dualpath.runtime.bench import BenchOptions
 from dualpath.runtime.experiment import run_mode, snic_utilisation
@@ -92,6 +95,7 @@ def mode_result(summaries: list[dict]) -> dict:
             for k in summaries[0]["milestones_mean_s"]
         },
         "rounds": rounds_result([s["rounds"] for s in summaries]),
+        "read_timelines": [s["read_timeline"] for s in summaries],  # per run: their sample times differ
     }
 
 
@@ -140,6 +144,46 @@ def rounds_table(modes: dict[str, dict]) -> str:
     return "\n".join(lines)
 
 
+def plot(out: dict, path: Path) -> None:
+    """Basic's and DualPath's SNIC reads over their first run, stacked by node (the `read_timeline` that
+    `dualpath bench` samples), against what one SNIC and all of them carry at the set rate, with that
+    run's JCT and Oracle's mean JCT: when the reads can start, and whether the SNICs then stay full."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rate_mb_per_s = out["snic_bytes_per_s"] / 1e6
+    oracle_jct_s = out["modes"]["oracle"]["jct_s"]
+    fig, axes = plt.subplots(2, 1, figsize=(9, 6), sharex=True)
+    for ax, mode in zip(axes, ("basic", "dualpath"), strict=True):
+        result = out["modes"][mode]
+        timeline = result["read_timelines"][0]
+        nodes = sorted(timeline["read_mb_per_s"])
+        series = [timeline["read_mb_per_s"][node] for node in nodes]
+        ax.stackplot(
+            timeline["t_s"], series, labels=[f"SNIC {node}" for node in nodes], step="pre", alpha=0.8
+        )
+        for count, style in ((1, ":"), (len(nodes), "--")):
+            ax.axhline(count * rate_mb_per_s, color="grey", linestyle=style, linewidth=1)
+            label = f"{count} SNIC{'s' if count > 1 else ''}"
+            ax.text(0.005, count * rate_mb_per_s, label, transform=ax.get_yaxis_transform(),
+                    va="bottom", fontsize=8, color="grey")  # fmt: skip
+        ax.axvline(oracle_jct_s, color="black", linestyle="--", linewidth=1, label="Oracle's mean JCT")
+        ax.axvline(result["runs_jct_s"][0], color="black", linewidth=1, label="this run's JCT")
+        ax.set_ylabel("read MB/s")
+        ax.set_title(f"{mode}: first run, JCT {result['runs_jct_s'][0]:.2f} s")
+        ax.legend(loc="upper right", fontsize=8)
+    axes[-1].set_xlabel("seconds since the replay started")
+    fig.suptitle(
+        f"local-1p2d, SNIC {rate_mb_per_s:.2f} MB/s: basic/dualpath {out['basic_over_dualpath']:.2f},"
+        f" dualpath/oracle {out['dualpath_over_oracle']:.2f}"
+    )
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print one JSON object")
@@ -154,6 +198,7 @@ def main(argv: list[str] | None = None) -> int:
         help="rho, the SNICs' design utilisation (default 0.8)",
     )
     parser.add_argument("--repeat", type=int, default=2, help="runs per mode; results are means (default 2)")
+    parser.add_argument("--plot", type=Path, help="also draw each mode's SNIC reads over its first run (PNG)")
     args = parser.parse_args(argv)
     if not 0.0 < args.design_load <= 1.0:
         parser.error("--design-load must be in (0, 1]")
@@ -213,6 +258,8 @@ def main(argv: list[str] | None = None) -> int:
         "dualpath_over_oracle": modes["dualpath"]["jct_s"] / modes["oracle"]["jct_s"],
         "wall_s": time.monotonic() - started,
     }
+    if args.plot:
+        plot(out, args.plot)
     if args.json:
         print(json.dumps(out, indent=2))
     else:

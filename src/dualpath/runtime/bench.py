@@ -8,8 +8,10 @@ Long contexts are scaled down for the tiny model: every append and generated cou
 from __future__ import annotations
 
 import asyncio
+import itertools
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import httpx
@@ -28,6 +30,7 @@ from dualpath.runtime.loadgen import (
 from dualpath.runtime.prom import parse_snic
 
 DEFAULT_CONTEXT_SCALE = 1 / 32  # 64K-dataset contexts (≈33K tokens, paper Table 2) -> ≈1K for tiny-llama
+SNIC_SAMPLE_S = 0.5  # how often `run` reads the SNIC counters while the replay runs (`read_timeline`)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -109,20 +112,27 @@ def run(url: str, options: BenchOptions, *, progress: bool = True) -> tuple[dict
     health = wait_healthy(url, timeout_s=120.0)  # a server that is still starting gets time to come up
     before = snic_counters(url)
     vocab_size = int(health.get("vocab_size", 256))
-    result = asyncio.run(
-        run_bench(
-            url,
-            plans,
-            vocab_size=vocab_size,
-            seed=options.seed,
-            progress=progress,
-            endpoint=options.endpoint,
-            model=served_model(url),
+    model = served_model(url)
+    sampler = SnicSampler(lambda: snic_counters(url), every_s=SNIC_SAMPLE_S)
+    sampler.start()
+    try:
+        result = asyncio.run(
+            run_bench(
+                url,
+                plans,
+                vocab_size=vocab_size,
+                seed=options.seed,
+                progress=progress,
+                endpoint=options.endpoint,
+                model=model,
+            )
         )
-    )
+    finally:
+        sampler.stop()
     time.sleep(0.15)  # three node report intervals (50 ms), so /metrics holds the run's last bytes
     summary = summarise(result)
     summary["snic"] = snic_summary(before, snic_counters(url))
+    summary["read_timeline"] = read_timeline(sampler.samples)
     summary["mode"] = health.get("mode")
     summary["endpoint"] = options.endpoint
     # β and the §6.4 predictor as this run's PEs measured them at start-up: the run's scheduler constants.
@@ -133,6 +143,61 @@ def run(url: str, options: BenchOptions, *, progress: bool = True) -> tuple[dict
     summary["milestones_mean_s"] = _mean_milestones(result.rounds)
     summary["rounds"] = rounds_breakdown(result)
     return summary, result
+
+
+class SnicSampler:
+    """Reads the SNIC counters (`read_counters`, e.g. /metrics through `snic_counters`) every `every_s`
+    on a thread of its own while a replay runs; `samples` holds (seconds since `start`, counters), each
+    stamped halfway through its read (a /metrics call on a busy host takes tens of ms)."""
+
+    def __init__(self, read_counters: Callable[[], dict[str, dict[str, float]]], *, every_s: float) -> None:
+        self._read, self._every_s = read_counters, every_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="snic-sampler", daemon=True)
+        self._started_s = 0.0
+        self.samples: list[tuple[float, dict[str, dict[str, float]]]] = []
+
+    def start(self) -> None:
+        self._started_s = time.monotonic()
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Takes one last sample (the run's end) and joins the thread."""
+        self._stop.set()
+        self._thread.join()
+        self._sample()
+
+    def _loop(self) -> None:
+        due_s = self._started_s
+        while True:
+            self._sample()
+            due_s += self._every_s  # on a fixed grid: a slow read does not push the later ones back
+            if self._stop.wait(max(0.0, due_s - time.monotonic())):
+                return
+
+    def _sample(self) -> None:
+        asked_s = time.monotonic()
+        try:
+            counters = self._read()
+        except httpx.HTTPError:  # a server that stopped answering: the timeline just ends earlier
+            return
+        self.samples.append(((asked_s + time.monotonic()) / 2 - self._started_s, counters))
+
+
+def read_timeline(samples: Sequence[tuple[float, dict[str, dict[str, float]]]]) -> dict[str, object]:
+    """Each node's SNIC read rate between consecutive samples: `t_s` (each interval's end, seconds since
+    the replay started, to a few ms of the load generator's clock) and `read_mb_per_s` per node. The
+    counters move with the nodes' reports (every 50 ms), so an interval's rate is good to ≈ 50 ms."""
+    ends: list[float] = []
+    rates: dict[str, list[float]] = {node: [] for node in samples[-1][1]} if samples else {}
+    for (t0, before), (t1, after) in itertools.pairwise(samples):
+        if t1 <= t0:
+            continue
+        ends.append(t1)
+        for node, series in rates.items():
+            moved = after.get(node, {}).get("rx", 0.0) - before.get(node, {}).get("rx", 0.0)
+            series.append(moved / (t1 - t0) / 1e6)
+    return {"t_s": ends, "read_mb_per_s": rates}
 
 
 def rounds_breakdown(result: BenchResult) -> list[dict[str, object]]:
