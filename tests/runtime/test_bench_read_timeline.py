@@ -48,9 +48,10 @@ def test_the_sampler_reads_until_stopped_then_once_more():
     assert len(sampler.samples) == taken  # stopped: no more
 
 
-def test_a_server_that_stops_answering_ends_the_timeline_without_an_error():
+@pytest.mark.parametrize("error", [httpx.ConnectError("refused"), ValueError("a page cut short")])
+def test_a_server_that_stops_answering_ends_the_timeline_without_an_error(error: Exception):
     def gone() -> dict[str, dict[str, float]]:
-        raise httpx.ConnectError("refused")
+        raise error
 
     sampler = SnicSampler(gone, every_s=0.01)
     sampler.start()

@@ -179,7 +179,7 @@ class SnicSampler:
         asked_s = time.monotonic()
         try:
             counters = self._read()
-        except httpx.HTTPError:  # a server that stopped answering: the timeline just ends earlier
+        except (httpx.HTTPError, ValueError):  # a server gone, or a page cut short: one sample fewer
             return
         self.samples.append(((asked_s + time.monotonic()) / 2 - self._started_s, counters))
 
@@ -187,7 +187,8 @@ class SnicSampler:
 def read_timeline(samples: Sequence[tuple[float, dict[str, dict[str, float]]]]) -> dict[str, object]:
     """Each node's SNIC read rate between consecutive samples: `t_s` (each interval's end, seconds since
     the replay started, to a few ms of the load generator's clock) and `read_mb_per_s` per node. The
-    counters move with the nodes' reports (every 50 ms), so an interval's rate is good to ≈ 50 ms."""
+    counters move with the nodes' reports (every 50 ms), so an interval holds its own bytes give or take
+    one report's worth at each end: about a tenth of a 0.5 s interval's."""
     ends: list[float] = []
     rates: dict[str, list[float]] = {node: [] for node in samples[-1][1]} if samples else {}
     for (t0, before), (t1, after) in itertools.pairwise(samples):
