@@ -57,7 +57,8 @@ def bars(
     ax.set_xticks(range(len(names)), names, rotation=15, fontsize=8)
     ax.set(title=title, ylabel=ylabel)
     ax.grid(alpha=0.3, axis="y")
-    ax.legend(fontsize=8)
+    if parts:  # groups with no values (a run that recorded none) draw empty axes, without a legend
+        ax.legend(fontsize=8)
     return _save(fig, path)
 
 
