@@ -1,8 +1,11 @@
-"""Fixtures for runtime tests: a stub completion backend, the in-process reference model."""
+"""Fixtures for runtime tests: a stub completion backend, the in-process reference model, the runtime
+benchmark script as a module."""
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 
@@ -16,6 +19,17 @@ def reference():
     from dualpath.runtime.model_host import build_model
 
     return ReferenceEngine(build_model("tiny-llama", device="cpu", seed=0))
+
+
+@pytest.fixture(scope="session")
+def runtime_paths():  # type: ignore[no-untyped-def]
+    """`benchmarks/runtime_paths.py` loaded as a module (a script, not a package: by its path)."""
+    script = Path(__file__).parents[2] / "benchmarks" / "runtime_paths.py"
+    spec = importlib.util.spec_from_file_location("runtime_paths", script)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 class StubBackend:

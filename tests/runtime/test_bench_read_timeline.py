@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
 import time
 from pathlib import Path
@@ -12,8 +11,6 @@ import httpx
 import pytest
 
 from dualpath.runtime.bench import SnicSampler, read_timeline
-
-SCRIPT = Path(__file__).parents[2] / "benchmarks" / "runtime_paths.py"
 
 
 def test_each_interval_gets_each_nodes_read_rate():
@@ -60,16 +57,7 @@ def test_a_server_that_stops_answering_ends_the_timeline_without_an_error(error:
     assert sampler.samples == []
 
 
-@pytest.fixture(scope="module")
-def paths():  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location("runtime_paths", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_the_plot_is_a_png(paths, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_the_plot_is_a_png(runtime_paths, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     def mode(jct_s: float, rates: dict[str, list[float]]) -> dict:
         t_s = [0.25 * (i + 1) for i in range(len(next(iter(rates.values()))))]
         return {
@@ -89,5 +77,5 @@ def test_the_plot_is_a_png(paths, tmp_path: Path) -> None:  # type: ignore[no-un
         },
     }
     path = tmp_path / "reads.png"
-    paths.plot(out, path)
+    runtime_paths.plot(out, path)
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 10_000

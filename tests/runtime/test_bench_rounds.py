@@ -2,15 +2,10 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
 from dualpath.runtime.bench import rounds_breakdown
 from dualpath.runtime.loadgen import AgentRecord, BenchResult, RoundRecord
-
-SCRIPT = Path(__file__).parents[2] / "benchmarks" / "runtime_paths.py"
 
 
 def record(agent: int, index: int, sent: float, done: float, times: dict[str, float]) -> RoundRecord:
@@ -63,28 +58,19 @@ def test_a_round_without_server_times_has_no_milestones_and_no_wait():
     assert only["milestones_mean_s"] == {} and only["finished_after_last_token_mean_s"] == 0.0
 
 
-@pytest.fixture(scope="module")
-def paths():  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location("runtime_paths", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_repeated_runs_average_round_by_round_and_a_milestone_one_run_lacks_is_not_zero(paths):
+def test_repeated_runs_average_round_by_round_and_a_milestone_one_run_lacks_is_not_zero(runtime_paths):
     one = rounds_breakdown(
         result(
             [record(0, 0, 0.0, 1.0, {"read_start": 0.2, "read_end": 0.5, "last_token": 0.9, "finished": 1.2})]
         )
     )
     two = rounds_breakdown(result([record(0, 0, 0.2, 1.0, {"last_token": 0.8, "finished": 1.0})]))
-    (mean,) = paths.rounds_result([one, two])
+    (mean,) = runtime_paths.rounds_result([one, two])
     assert mean["sent_mean_s"] == pytest.approx(0.1) and mean["latency_mean_s"] == pytest.approx(0.9)
     assert mean["finished_after_last_token_mean_s"] == pytest.approx(0.25)  # (0.3 + 0.2) / 2
     assert mean["milestones_mean_s"] == pytest.approx(
         {"read_start": 0.2, "read_end": 0.5, "last_token": 0.85, "finished": 1.1}
     )
-    table = paths.rounds_table({"oracle": {"rounds": [mean]}, "dualpath": {"rounds": [mean]}})
+    table = runtime_paths.rounds_table({"oracle": {"rounds": [mean]}, "dualpath": {"rounds": [mean]}})
     row = table.splitlines()[2].split()
     assert row == ["0", "0.10", "0.900", "0.10", "0.900", "0.200", "0.300", "0.250"]
