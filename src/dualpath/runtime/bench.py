@@ -247,7 +247,8 @@ def _mean_milestones(records: Sequence[RoundRecord]) -> dict[str, float]:
     for record in records:
         for key, value in _times(record).items():
             values.setdefault(key, []).append(float(value))
-    return {key: sum(v) / len(v) for key, v in sorted(values.items(), key=lambda kv: sum(kv[1]) / len(kv[1]))}
+    means = {key: _mean(v) for key, v in values.items()}
+    return dict(sorted(means.items(), key=lambda kv: kv[1]))  # in the order a request reaches them
 
 
 def _count_sides(result: BenchResult) -> dict[str, int]:
