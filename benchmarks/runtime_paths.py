@@ -74,6 +74,13 @@ def mean(values: list[float]) -> float:
     return sum(values) / len(values)
 
 
+def mean_by_key(maps: list[dict[str, float]]) -> dict[str, float]:
+    """Each key's mean over the maps that have it, in the order first seen: a run that lacks a milestone
+    leaves it out of that milestone's mean rather than counting it as 0 s."""
+    keys = dict.fromkeys(k for m in maps for k in m)
+    return {k: mean([m[k] for m in maps if k in m]) for k in keys}
+
+
 def mode_result(summaries: list[dict]) -> dict:
     """Means over repeated runs of one mode (the host is shared; one run can catch a busy moment)."""
 
@@ -90,10 +97,7 @@ def mode_result(summaries: list[dict]) -> dict:
         "read_sides": summaries[0]["read_sides"],
         "runs_jct_s": [s["jct_s"] for s in summaries],
         # where a request's time goes: mean seconds from arrival to each server-side milestone
-        "milestones_mean_s": {
-            k: mean([s["milestones_mean_s"].get(k, 0.0) for s in summaries])
-            for k in summaries[0]["milestones_mean_s"]
-        },
+        "milestones_mean_s": mean_by_key([s["milestones_mean_s"] for s in summaries]),
         "rounds": rounds_result([s["rounds"] for s in summaries]),
         "read_timelines": [s["read_timeline"] for s in summaries],  # per run: their sample times differ
     }
@@ -104,7 +108,6 @@ def rounds_result(runs: list[list[dict]]) -> list[dict]:
     out = []
     for index, first in enumerate(runs[0]):
         same = [run[index] for run in runs]
-        keys = dict.fromkeys(k for r in same for k in r["milestones_mean_s"])  # a run may lack one
         out.append(
             {
                 "round": first["round"],
@@ -114,10 +117,7 @@ def rounds_result(runs: list[list[dict]]) -> list[dict]:
                 "finished_after_last_token_mean_s": mean(
                     [r["finished_after_last_token_mean_s"] for r in same]
                 ),
-                "milestones_mean_s": {
-                    k: mean([r["milestones_mean_s"][k] for r in same if k in r["milestones_mean_s"]])
-                    for k in keys
-                },
+                "milestones_mean_s": mean_by_key([r["milestones_mean_s"] for r in same]),
             }
         )
     return out

@@ -74,3 +74,9 @@ def test_repeated_runs_average_round_by_round_and_a_milestone_one_run_lacks_is_n
     table = runtime_paths.rounds_table({"oracle": {"rounds": [mean]}, "dualpath": {"rounds": [mean]}})
     row = table.splitlines()[2].split()
     assert row == ["0", "0.10", "0.900", "0.10", "0.900", "0.200", "0.300", "0.250"]
+
+
+def test_a_milestone_one_run_lacks_is_averaged_over_the_runs_that_have_it(runtime_paths):
+    means = runtime_paths.mean_by_key([{"read_end": 0.4, "finished": 1.0}, {"finished": 2.0}])
+    assert means == pytest.approx({"read_end": 0.4, "finished": 1.5})
+    assert list(means) == ["read_end", "finished"]
