@@ -8,9 +8,10 @@ import pytest
 
 from dualpath.cli.main import main
 from dualpath.config.loader import load_cluster
+from dualpath.metrics import slo_attainment, summarize_latencies
 from dualpath.sim.agents import load_trajectories, scale_rounds
 from dualpath.sim.driver import SimConfig, Simulation
-from dualpath.sim.summary import TTFT_PARTS, summarise
+from dualpath.sim.summary import TTFT_PARTS, summarise, to_record, ttft_parts_s
 
 
 def run(mode: str, agents: int = 6, rounds: int = 20) -> dict:  # type: ignore[type-arg]
@@ -33,6 +34,27 @@ def test_ttft_breakdown_sums_to_mean_ttft(mode: str) -> None:
         assert parts["read"] == 0 and parts["read_wait"] == 0
     else:
         assert parts["read"] > 0
+
+
+@pytest.mark.parametrize("mode", ["basic", "dualpath"])
+def test_summary_equals_the_per_request_records_definitions(mode: str) -> None:
+    """The summary's latencies, SLO attainment and TTFT breakdown, computed from arrays of milestones,
+    are exactly those of one `RequestRecord` per request (`metrics`) and of `ttft_parts_s` summed by `sum`."""
+    cluster = load_cluster(hardware="hopper-8x400g", model="ds-27b", num_prefill_nodes=1, num_decode_nodes=1,
+                           overrides=[])  # fmt: skip
+    trajectories = [t[:12] for t in load_trajectories("64k", 24, 2)]
+    out = Simulation(SimConfig(cluster=cluster, mode=mode), trajectories, seed=2).run()
+    s = summarise(out, offline=True, wall_s=0.0)
+    records = [to_record(i, r) for i, r in sorted(out.requests.items())]
+    prefilled = [r for r in records if r.ttft_s is not None]
+    assert len(prefilled) == s["requests"] > 200
+    assert s["ttft_s"] == summarize_latencies(r.ttft_s for r in prefilled)
+    assert s["ttst_s"] == summarize_latencies(r.ttst_s for r in prefilled)
+    assert s["tpot_s"] == summarize_latencies(r.tpot_s for r in prefilled)
+    assert s["slo_attainment"] == slo_attainment(prefilled)
+    parts = [p for p in (ttft_parts_s(t) for t in out.requests.values()) if p is not None]
+    expected = {name: sum(p[k] for p in parts) / len(parts) for k, name in enumerate(TTFT_PARTS)}
+    assert s["ttft_breakdown_s"] == expected
 
 
 def test_attention_balance_is_at_least_one_and_snic_bytes_per_node() -> None:

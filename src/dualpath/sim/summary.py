@@ -84,6 +84,13 @@ def ttft_breakdown_s(o: SimOutcome) -> dict[str, float] | None:
     return _ttft_breakdown(_Milestones(o))
 
 
+# A request's milestones (`RequestTimes` fields) as one row of `_Milestones`' table.
+_MILESTONE_FIELDS = ("arrival_s", "scheduled_s", "read_start_s", "read_end_s", "prefill_start_s",
+                     "first_token_s", "second_token_s", "last_token_s")  # fmt: skip
+_ROW = np.dtype([(name, np.float64) for name in _MILESTONE_FIELDS] + [("gen_tokens", np.int64)])
+_ROW_FIELDS = attrgetter(*_MILESTONE_FIELDS, "gen_tokens")
+
+
 class _Milestones:
     """Every request's milestones as float arrays (NaN: not reached), in the order of `o.requests`, which is
     request-id order (ids are handed out in arrival order); `order` sorts them by id if it were not.
@@ -91,28 +98,26 @@ class _Milestones:
     NOTE: the summary is computed from these arrays rather than from one `RequestRecord` per request (the
     records are built only for `-o` files): at 48P96D that is 7.8 M records. Every number is the same: the
     same float subtractions and divisions per request, the same values in the same order to numpy's
-    percentile and mean, and the breakdown's means summed left to right as `sum` does.
+    percentile and mean, and the breakdown's means summed left to right as `sum` does. The columns are
+    read in one pass over the requests (one row of `_ROW` per request): the records lie all over the
+    heap, and a pass per column reached each one nine times (benchmarks/README.md).
     """
 
     def __init__(self, o: SimOutcome) -> None:
-        times = list(o.requests.values())
-        n = len(times)
-
-        def column(name: str, dtype: Any = float) -> np.ndarray:
-            # `attrgetter` through `map`: no generator frame per request (7.8 M requests at 48P96D).
-            return np.fromiter(map(attrgetter(name), times), dtype=dtype, count=n)
-
+        n = len(o.requests)
+        # `attrgetter` through `map`: no generator frame per request; one tuple per request, its row.
+        rows = np.fromiter(map(_ROW_FIELDS, o.requests.values()), dtype=_ROW, count=n)
         ids = np.fromiter(o.requests.keys(), dtype=np.int64, count=n)
         self.order = None if n < 2 or bool(np.all(ids[1:] > ids[:-1])) else np.argsort(ids, kind="stable")
-        self.arrival = column("arrival_s")
-        self.scheduled = column("scheduled_s")
-        self.read_start = column("read_start_s")
-        self.read_end = column("read_end_s")
-        self.prefill_start = column("prefill_start_s")
-        self.first = column("first_token_s")
-        self.second = column("second_token_s")
-        self.last = column("last_token_s")
-        self.gen = column("gen_tokens", np.int64)
+        self.arrival = rows["arrival_s"]
+        self.scheduled = rows["scheduled_s"]
+        self.read_start = rows["read_start_s"]
+        self.read_end = rows["read_end_s"]
+        self.prefill_start = rows["prefill_start_s"]
+        self.first = rows["first_token_s"]
+        self.second = rows["second_token_s"]
+        self.last = rows["last_token_s"]
+        self.gen = rows["gen_tokens"]
 
     def by_id(self, values: np.ndarray) -> np.ndarray:
         return values if self.order is None else values[self.order]
@@ -128,9 +133,15 @@ def _ttft_breakdown(m: _Milestones) -> dict[str, float] | None:
     read_end = np.where(np.isnan(m.read_end), read_start, m.read_end)
     stamps = [x[ok] for x in (m.arrival, m.scheduled, read_start, read_end, m.prefill_start, m.first)]
     return {
-        name: sum((b - a).tolist()) / count
-        for name, a, b in zip(TTFT_PARTS, stamps, stamps[1:], strict=False)
+        name: _sum_in_order(b - a) / count for name, a, b in zip(TTFT_PARTS, stamps, stamps[1:], strict=False)
     }
+
+
+def _sum_in_order(values: np.ndarray) -> float:
+    """`sum(values.tolist())` of a non-empty array: the values added one by one, first to last, as
+    `sum` adds a list of floats, without a float object per value (`np.cumsum` adds in order, where
+    `np.sum` adds pairwise and may round differently)."""
+    return float(np.cumsum(values)[-1])
 
 
 def _latencies(m: _Milestones) -> dict[str, Any]:
