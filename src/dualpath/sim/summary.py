@@ -99,7 +99,7 @@ class _Milestones:
     records are built only for `-o` files): at 48P96D that is 7.8 M records. Every number is the same: the
     same float subtractions and divisions per request, the same values in the same order to numpy's
     percentile and mean, and the breakdown's means summed left to right as `sum` does. The columns are
-    read in one pass over the requests (one row of `_ROW` per request): the records lie all over the
+    read in one pass over the requests (one row of `_ROW` per request): the records are spread over the
     heap, and a pass per column reached each one nine times (benchmarks/README.md).
     """
 
